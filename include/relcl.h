@@ -1,0 +1,174 @@
+/* relcl: relation-aware self-attention (Shaw, Uszkoreit & Vaswani 2018) on any OpenCL 1.2
+ * device. Relative terms run in relcl's own kernels, every GEMM in CLBlast.
+ *
+ * Conventions
+ * - Every fallible call returns relcl_status; relcl_last_error() then holds a one-line
+ *   message for this thread (OpenCL/CLBlast codes, build logs, file names).
+ * - Handles are opaque; relcl_X_destroy(NULL) is a no-op. relcl never frees a cl_mem it
+ *   did not create: buffers passed in stay the caller's.
+ * - Tensors are float32, row-major, densely packed; shapes are written (dim0, dim1, ...).
+ *   A relcl_buf is a cl_mem plus an offset counted in elements, so tensors may live inside
+ *   one large arena buffer.
+ * - All work is enqueued on the context's one in-order queue; results are ready after
+ *   relcl_finish() or a blocking read.
+ */
+#ifndef RELCL_H
+#define RELCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RELCL_VERSION "0.1.0"
+
+/* ---- status ------------------------------------------------------------------------ */
+
+#define RELCL_STATUS_LIST(X)                                                              \
+  X(RELCL_OK, 0, "success")                                                              \
+  X(RELCL_ERR_INVALID_ARG, -1, "invalid argument")                                       \
+  X(RELCL_ERR_BUFFER_TOO_SMALL, -2, "buffer too small for the given shape")              \
+  X(RELCL_ERR_NO_PLATFORM, -3, "no OpenCL platform found")                               \
+  X(RELCL_ERR_NO_DEVICE, -4, "requested OpenCL device not found")                        \
+  X(RELCL_ERR_OPENCL, -5, "OpenCL call failed")                                          \
+  X(RELCL_ERR_BUILD, -6, "OpenCL kernel build failed")                                   \
+  X(RELCL_ERR_CLBLAST, -7, "CLBlast call failed")                                        \
+  X(RELCL_ERR_OUT_OF_MEMORY, -8, "out of memory")                                        \
+  X(RELCL_ERR_IO, -9, "file input/output failed")                                        \
+  X(RELCL_ERR_FORMAT, -10, "malformed input")
+
+typedef enum relcl_status {
+#define RELCL__STATUS_ENUM(name, value, text) name = value,
+  RELCL_STATUS_LIST(RELCL__STATUS_ENUM)
+#undef RELCL__STATUS_ENUM
+} relcl_status;
+
+/* Static description of a status ("invalid argument"). */
+const char *relcl_status_str(relcl_status status);
+/* The last error message of this thread, with details; "" when none. Valid until the next
+ * relcl call on this thread. */
+const char *relcl_last_error(void);
+
+/* ---- buffers ----------------------------------------------------------------------- */
+
+typedef struct relcl_buf {
+  cl_mem mem;    /* NULL means "absent" where an argument is optional */
+  size_t offset; /* in elements (float or int32), not bytes */
+} relcl_buf;
+
+static inline relcl_buf relcl_buf_at(cl_mem mem, size_t offset) {
+  relcl_buf b;
+  b.mem = mem;
+  b.offset = offset;
+  return b;
+}
+#define RELCL_BUF_NONE relcl_buf_at(NULL, 0)
+
+/* ---- devices and contexts ---------------------------------------------------------- */
+
+typedef struct relcl_context relcl_context;
+
+/* Resolve a device choice to (platform index, device index).
+ * spec: "P:D" indices, or a case-insensitive substring of the platform or device name.
+ * NULL or "" means the default: the first GPU, else the first device.
+ * An unknown choice returns RELCL_ERR_NO_DEVICE with a message listing what exists. */
+relcl_status relcl_device_find(const char *spec, int *platform_index, int *device_index);
+
+/* Create a context and queue on one device. device: as for relcl_device_find; NULL reads
+ * the RELCL_DEVICE environment variable, and falls back to the default. Kernels are built
+ * (or loaded from the binary cache) here, so a build failure is reported now. */
+relcl_status relcl_context_create(relcl_context **ctx, const char *device);
+void relcl_context_destroy(relcl_context *ctx);
+
+cl_context relcl_context_cl(const relcl_context *ctx);
+cl_command_queue relcl_context_queue(const relcl_context *ctx);
+cl_device_id relcl_context_device(const relcl_context *ctx);
+/* "platform name / device name" of the chosen device. */
+const char *relcl_context_device_name(const relcl_context *ctx);
+/* Wait until every enqueued command has finished. */
+relcl_status relcl_finish(relcl_context *ctx);
+
+/* Build every relcl kernel program for one device (no cache), for diagnostics.
+ * On failure returns RELCL_ERR_BUILD and relcl_last_error() holds the build log. */
+relcl_status relcl_build_check(cl_platform_id platform, cl_device_id device);
+
+/* Names of the kernel program families relcl compiles ("attention", ...), NULL-ended. */
+const char *const *relcl_program_names(void);
+
+/* ---- buffers on the context -------------------------------------------------------- */
+
+/* Allocate n floats (or n int32 values: the same size) on the device. */
+relcl_status relcl_alloc(relcl_context *ctx, size_t n, cl_mem *out);
+/* Blocking copies between host and device; n elements of 4 bytes. */
+relcl_status relcl_write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n);
+relcl_status relcl_read(relcl_context *ctx, relcl_buf src, void *dst, size_t n);
+/* Set n floats to value. */
+relcl_status relcl_fill(relcl_context *ctx, relcl_buf dst, float value, size_t n);
+
+/* ---- relation-aware attention ------------------------------------------------------ */
+
+/* One multi-head attention call.
+ *   Q          (batch, heads, nq, head_dim)
+ *   K, V       (batch, heads, nk, head_dim)
+ *   wK, wV     (2*max_rel+1, head_dim), or (heads, 2*max_rel+1, head_dim) with per_head
+ *   key_len    (batch) int32, keys j >= key_len[b] are masked; absent = all nk keys
+ *   Z          (batch, heads, nq, head_dim)  output
+ *   probs      (batch, heads, nq, nk) softmax weights before dropout, kept for backward
+ *
+ *   e_ij = (q_i . k_j + q_i . wK[r(i,j)]) / sqrt(head_dim),
+ *   r(i,j) = clamp(j - (q_pos0 + i), -max_rel, max_rel) + max_rel
+ *   alpha = softmax_j(e) (masked keys get 0; a row with every key masked is all 0)
+ *   z_i = sum_j alpha'_ij (v_j + wV[r(i,j)]),  alpha' = dropout(alpha)
+ *
+ * Dropout keeps weight (b,h,i,j) iff the first word of Philox4x32-10 with key seed and
+ * counter (index, stream), index = ((b*heads + h)*nq + i)*nk + j, is >= dropout * 2^32,
+ * and scales kept weights by 1/(1-dropout): the same mask on every device. */
+typedef struct relcl_attn_desc {
+  int batch, heads, nq, nk, head_dim;
+  int relative;  /* 1: add the relative terms (needs wK, and wV unless keys_only) */
+  int max_rel;   /* clipping distance k >= 0; k = 0 carries no position information */
+  int per_head;  /* 1: one table per head */
+  int keys_only; /* 1: no a^V term (wV unused) */
+  int causal;    /* 1: mask keys after the query's position */
+  int q_pos0;    /* position of query 0 on the key axis (incremental decoding); 0 for self */
+  float dropout; /* on the attention weights, in [0, 1) */
+  uint64_t seed, stream;
+} relcl_attn_desc;
+
+/* Self-attention over n positions with relative positions clipped at max_rel. */
+relcl_attn_desc relcl_attn_desc_self(int batch, int heads, int n, int head_dim, int max_rel);
+/* Cross attention (nq queries over nk keys), relative terms off. */
+relcl_attn_desc relcl_attn_desc_cross(int batch, int heads, int nq, int nk, int head_dim);
+
+/* probs may be absent (inference): scratch from the context's pool is used. */
+relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                relcl_buf key_len, relcl_buf Z, relcl_buf probs);
+
+/* Gradients from dZ. dQ, dK, dV are overwritten; dwK and dwV are accumulated (+=) so
+ * that micro-batches and layers sharing a table add up; absent ones are skipped (dwV
+ * with keys_only, both without relative). probs is what forward wrote. */
+relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
+                                 relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
+                                 relcl_buf dwV);
+
+/* ---- absolute positions (the baseline) -------------------------------------------- */
+
+/* x (batch, n, d_model) += PE(pos0 + t), with PE(p, 2i) = sin(p / 10000^(2i/d_model)) and
+ * PE(p, 2i+1) = cos(p / 10000^(2i/d_model)). */
+relcl_status relcl_posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
+                              int pos0);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

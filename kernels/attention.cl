@@ -1,0 +1,184 @@
+/* Row kernels of relation-aware attention: one work-group per query row.
+ *
+ * Per row (bh, i), bh = b*H + h, row = bh*nq + i, query position pq = q_pos0 + i:
+ *   S, D, A   (rows, nk)  logits, weights or their gradients
+ *   P, G, Bk  (rows, R)   one value per relative label r in rlo .. rlo+R-1 (column r - rlo)
+ *   r = clamp(j - pq, -k, k) + k
+ * Labels 1..2k-1 each hold exactly one key (j = pq + r - k); label 0 sums the keys at or
+ * left of pq - k and label 2k those at or right of pq + k; with k = 0 label 0 sums all.
+ * Masked keys (j >= key_len[b], or j > pq when causal) get weight 0 and are never read
+ * from P or G (so the host may drop labels that only masked keys would use).
+ */
+
+#define RELCL_GATHER 1   /* add P (forward) or G (backward) at each key's label */
+#define RELCL_BUCKET 2   /* write the label sums of the row's result */
+#define RELCL_CAUSAL 4
+#define RELCL_KEY_LEN 8
+#define RELCL_DROPOUT 16
+#define RELCL_WRITE_A 32 /* attn_drop_rows: write the dropped weights */
+
+inline int relcl_label(int j, int pq, int k) { return clamp(j - pq, -k, k) + k; }
+
+inline int relcl_row_len(__global const int *key_len, uint kl_off, int b, int nk, int flags) {
+  return (flags & RELCL_KEY_LEN) ? clamp(key_len[kl_off + b], 0, nk) : nk;
+}
+
+inline int relcl_masked(int j, int pq, int len, int flags) {
+  return j >= len || ((flags & RELCL_CAUSAL) && j > pq);
+}
+
+/* Label sums, part one: key j's value v goes straight into its interior label, or into the
+ * running sums of the two edge labels. */
+inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, int R, float v,
+                             float *left, float *right) {
+  const int r = relcl_label(j, pq, k);
+  if (k == 0 || r == 0)
+    *left += v;
+  else if (r == 2 * k)
+    *right += v;
+  else if (r >= rlo && r < rlo + R)
+    bk[r - rlo] = v;
+}
+
+/* Part two (every work-item calls it): the edge sums, and zeros for interior labels whose
+ * key lies outside 0..nk-1. */
+inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int rlo, int R,
+                                float left, float right, __local float *red) {
+  left = relcl_wg_sum(red, left);
+  right = relcl_wg_sum(red, right);
+  for (int c = get_local_id(0); c < R; c += get_local_size(0)) {
+    const int r = c + rlo;
+    if (r == 0) {
+      bk[c] = left;
+    } else if (r == 2 * k) {
+      bk[c] = right;
+    } else {
+      const int j = pq + r - k;
+      if (j < 0 || j >= nk) bk[c] = 0.0f;
+    }
+  }
+}
+
+/* Forward: S holds q.k on entry. Adds the relative logit, scales, masks, softmaxes; writes
+ * alpha to probs, alpha' = dropout(alpha) over S, and the label sums of alpha' to Bk. */
+__kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float *P, uint p_off,
+                            __global float *probs, uint probs_off, __global float *Bk,
+                            uint b_off, __global const int *key_len, uint kl_off, int H,
+                            int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
+                            float scale, uint drop_threshold, float drop_scale, uint seed_lo,
+                            uint seed_hi, uint stream_lo, uint stream_hi,
+                            __local float *red) {
+  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int bh = row / nq, i = row % nq;
+  const int pq = q_pos0 + i;
+  const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
+  __global float *s = S + s_off + (size_t)row * nk;
+  __global const float *p = P + p_off + (size_t)row * R;
+  __global float *a = probs + probs_off + (size_t)row * nk;
+  __global float *bk = Bk + b_off + (size_t)row * R;
+
+  float mx = -FLT_MAX;
+  for (int j = lid; j < nk; j += wg) {
+    if (relcl_masked(j, pq, len, flags)) continue;
+    float e = s[j];
+    if (flags & RELCL_GATHER) e += p[relcl_label(j, pq, k) - rlo];
+    e *= scale;
+    s[j] = e;
+    mx = fmax(mx, e);
+  }
+  mx = relcl_wg_max(red, mx);
+
+  float sum = 0.0f;
+  for (int j = lid; j < nk; j += wg)
+    if (!relcl_masked(j, pq, len, flags)) sum += exp(s[j] - mx);
+  sum = relcl_wg_sum(red, sum);
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
+
+  float left = 0.0f, right = 0.0f;
+  for (int j = lid; j < nk; j += wg) {
+    const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : exp(s[j] - mx) * inv;
+    a[j] = alpha;
+    float ad = alpha;
+    if (flags & RELCL_DROPOUT)
+      ad = relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
+                      drop_threshold)
+               ? alpha * drop_scale
+               : 0.0f;
+    s[j] = ad;
+    if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j, pq, k, rlo, R, ad, &left, &right);
+  }
+  if (flags & RELCL_BUCKET) relcl_bucket_finish(bk, pq, nk, k, rlo, R, left, right, red);
+}
+
+/* Backward, before the GEMMs: alpha' = dropout(alpha) into A (with RELCL_WRITE_A) and its
+ * label sums into Bk (with RELCL_BUCKET). */
+__kernel void attn_drop_rows(__global const float *probs, uint probs_off, __global float *A,
+                             uint a_off, __global float *Bk, uint b_off,
+                             __global const int *key_len, uint kl_off, int H, int nq, int nk,
+                             int k, int rlo, int R, int q_pos0, int flags, uint drop_threshold,
+                             float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
+                             uint stream_hi, __local float *red) {
+  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int pq = q_pos0 + row % nq;
+  __global const float *a = probs + probs_off + (size_t)row * nk;
+  __global float *ad_out = A + a_off + (size_t)row * nk;
+  __global float *bk = Bk + b_off + (size_t)row * R;
+  float left = 0.0f, right = 0.0f;
+  for (int j = lid; j < nk; j += wg) {
+    float ad = a[j];
+    if (flags & RELCL_DROPOUT)
+      ad = relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
+                      drop_threshold)
+               ? ad * drop_scale
+               : 0.0f;
+    if (flags & RELCL_WRITE_A) ad_out[j] = ad;
+    if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j, pq, k, rlo, R, ad, &left, &right);
+  }
+  if (flags & RELCL_BUCKET) relcl_bucket_finish(bk, pq, nk, k, rlo, R, left, right, red);
+}
+
+/* Backward through gather, dropout and softmax. D holds dz.v_j on entry (the gradient of
+ * alpha' from the content term); adds G at each key's label (the a^V term), applies the
+ * dropout mask, then de = alpha (dalpha - sum_l alpha_l dalpha_l) * scale over D, and the
+ * label sums of de into Cb. */
+__kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float *G, uint g_off,
+                            __global const float *probs, uint probs_off, __global float *Cb,
+                            uint c_off, __global const int *key_len, uint kl_off, int H, int nq,
+                            int nk, int k, int rlo, int R, int q_pos0, int flags, float scale,
+                            uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
+                            uint stream_lo, uint stream_hi, __local float *red) {
+  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int bh = row / nq, i = row % nq;
+  const int pq = q_pos0 + i;
+  const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
+  __global float *dd = D + d_off + (size_t)row * nk;
+  __global const float *g = G + g_off + (size_t)row * R;
+  __global const float *a = probs + probs_off + (size_t)row * nk;
+  __global float *cb = Cb + c_off + (size_t)row * R;
+
+  float dot = 0.0f;
+  for (int j = lid; j < nk; j += wg) {
+    float da = 0.0f;
+    if (!relcl_masked(j, pq, len, flags)) {
+      da = dd[j];
+      if (flags & RELCL_GATHER) da += g[relcl_label(j, pq, k) - rlo];
+      if ((flags & RELCL_DROPOUT) &&
+          !relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
+                      drop_threshold))
+        da = 0.0f;
+      else if (flags & RELCL_DROPOUT)
+        da *= drop_scale;
+    }
+    dd[j] = da;
+    dot += a[j] * da;
+  }
+  dot = relcl_wg_sum(red, dot);
+
+  float left = 0.0f, right = 0.0f;
+  for (int j = lid; j < nk; j += wg) {
+    const float de = a[j] * (dd[j] - dot) * scale;
+    dd[j] = de;
+    if (flags & RELCL_BUCKET) relcl_bucket_put(cb, j, pq, k, rlo, R, de, &left, &right);
+  }
+  if (flags & RELCL_BUCKET) relcl_bucket_finish(cb, pq, nk, k, rlo, R, left, right, red);
+}

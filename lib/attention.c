@@ -1,0 +1,363 @@
+/* Relation-aware multi-head attention, forward and backward (Shaw et al. 2018), in the
+ * factored form of ../shared/design/relative-attention.md: the content terms and the small
+ * label GEMMs run in CLBlast, the gather / softmax / dropout / bucket passes over the nq x nk
+ * weights in kernels/attention.cl. No nq x nk x d tensor is ever built. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Flags shared with kernels/attention.cl. */
+enum {
+  GATHER = 1,
+  BUCKET = 2,
+  CAUSAL = 4,
+  KEY_LEN = 8,
+  DROPOUT = 16,
+  WRITE_A = 32,
+};
+
+relcl_attn_desc relcl_attn_desc_self(int batch, int heads, int n, int head_dim, int max_rel) {
+  relcl_attn_desc d = {0};
+  d.batch = batch;
+  d.heads = heads;
+  d.nq = d.nk = n;
+  d.head_dim = head_dim;
+  d.relative = 1;
+  d.max_rel = max_rel;
+  return d;
+}
+
+relcl_attn_desc relcl_attn_desc_cross(int batch, int heads, int nq, int nk, int head_dim) {
+  relcl_attn_desc d = {0};
+  d.batch = batch;
+  d.heads = heads;
+  d.nq = nq;
+  d.nk = nk;
+  d.head_dim = head_dim;
+  return d;
+}
+
+/* What one call computes, derived once from the descriptor. */
+typedef struct plan {
+  size_t B, H, nq, nk, d, BH, rows;
+  int k, rlo, R; /* labels rlo .. rlo+R-1 are the only ones any unmasked pair uses */
+  bool rel, rel_v;
+  size_t table; /* elements in one (2k+1, d) table */
+  int flags;
+  float scale;
+  cl_uint drop_threshold;
+  float drop_scale;
+  cl_uint seed_lo, seed_hi, stream_lo, stream_hi;
+} plan;
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static relcl_status make_plan(const relcl_attn_desc *desc, plan *p) {
+  if (desc == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: desc is NULL");
+  if (desc->batch <= 0 || desc->heads <= 0 || desc->nq <= 0 || desc->nk <= 0 ||
+      desc->head_dim <= 0)
+    return relcl__fail(RELCL_ERR_INVALID_ARG,
+                       "attention: batch=%d heads=%d nq=%d nk=%d head_dim=%d must all be > 0",
+                       desc->batch, desc->heads, desc->nq, desc->nk, desc->head_dim);
+  if (desc->max_rel < 0)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: max_rel=%d must be >= 0",
+                       desc->max_rel);
+  if (desc->q_pos0 < 0)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: q_pos0=%d must be >= 0", desc->q_pos0);
+  if (!(desc->dropout >= 0.0f && desc->dropout < 1.0f))
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: dropout=%g must be in [0, 1)",
+                       (double)desc->dropout);
+  p->B = (size_t)desc->batch;
+  p->H = (size_t)desc->heads;
+  p->nq = (size_t)desc->nq;
+  p->nk = (size_t)desc->nk;
+  p->d = (size_t)desc->head_dim;
+  p->BH = p->B * p->H;
+  p->rows = p->BH * p->nq;
+  /* kernels index with 32-bit offsets */
+  if (p->rows * p->nk >= ((size_t)1 << 32) || p->BH * p->nk * p->d >= ((size_t)1 << 32) ||
+      p->rows * p->d >= ((size_t)1 << 32) || desc->max_rel > (1 << 20) ||
+      (size_t)desc->q_pos0 + p->nq > ((size_t)1 << 30))
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: shape too large (over 2^32 elements)");
+  p->k = desc->max_rel;
+  p->rel = desc->relative != 0;
+  p->rel_v = p->rel && !desc->keys_only;
+  p->table = (size_t)(2 * p->k + 1) * p->d;
+  /* deltas j - pq range over [-(q_pos0+nq-1), nk-1-q_pos0]; causal masks the positive ones */
+  int q0 = desc->q_pos0, nq = desc->nq, nk = desc->nk;
+  int dmin = -(q0 + nq - 1), dmax = nk - 1 - q0;
+  if (desc->causal && dmax > 0) dmax = 0;
+  if (dmax < dmin) dmax = dmin; /* every key masked: keep one (unused) label */
+  p->rlo = clampi(dmin, -p->k, p->k) + p->k;
+  p->R = clampi(dmax, -p->k, p->k) + p->k - p->rlo + 1;
+  p->flags = (desc->causal ? CAUSAL : 0) | (desc->dropout > 0.0f ? DROPOUT : 0);
+  p->scale = (float)(1.0 / sqrt((double)p->d));
+  double thr = (double)desc->dropout * 4294967296.0;
+  p->drop_threshold = thr >= 4294967295.0 ? 0xffffffffu : (cl_uint)thr;
+  p->drop_scale = (float)(1.0 / (1.0 - (double)desc->dropout));
+  p->seed_lo = (cl_uint)desc->seed;
+  p->seed_hi = (cl_uint)(desc->seed >> 32);
+  p->stream_lo = (cl_uint)desc->stream;
+  p->stream_hi = (cl_uint)(desc->stream >> 32);
+  return RELCL_OK;
+}
+
+static relcl_status check_inputs(const plan *p, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len) {
+  relcl_status st;
+  size_t tables = desc->per_head ? p->H : 1;
+  if ((st = relcl__check_buf(Q, p->rows * p->d, "Q")) != RELCL_OK) return st;
+  if ((st = relcl__check_buf(K, p->BH * p->nk * p->d, "K")) != RELCL_OK) return st;
+  if ((st = relcl__check_buf(V, p->BH * p->nk * p->d, "V")) != RELCL_OK) return st;
+  if (p->rel && (st = relcl__check_buf(wK, tables * p->table, "wK")) != RELCL_OK) return st;
+  if (p->rel_v && (st = relcl__check_buf(wV, tables * p->table, "wV")) != RELCL_OK) return st;
+  if (key_len.mem && (st = relcl__check_buf(key_len, p->B, "key_len")) != RELCL_OK) return st;
+  return RELCL_OK;
+}
+
+/* rows x R (one label value per row) = X (rows x d) . W[window]^T, W shared or per head. */
+static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
+                                relcl_buf W, relcl_buf out) {
+  if (!per_head)
+    return relcl__gemm(ctx, false, true, p->rows, (size_t)p->R, p->d, 1.0f, X, p->d, 0,
+                       relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d), p->d, 0, 0.0f, out,
+                       (size_t)p->R, 0, 1);
+  size_t *off = malloc(3 * p->BH * sizeof *off);
+  if (off == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (size_t bh = 0; bh < p->BH; bh++) {
+    off[bh] = X.offset + bh * p->nq * p->d;
+    off[p->BH + bh] = W.offset + (bh % p->H) * p->table + (size_t)p->rlo * p->d;
+    off[2 * p->BH + bh] = out.offset + bh * p->nq * (size_t)p->R;
+  }
+  relcl_status st = relcl__gemm_offsets(ctx, false, true, p->nq, (size_t)p->R, p->d, 1.0f, X.mem,
+                                        off, p->d, W.mem, off + p->BH, p->d, 0.0f, out.mem,
+                                        off + 2 * p->BH, (size_t)p->R, p->BH);
+  free(off);
+  return st;
+}
+
+/* Y (rows x d) += L (rows x R) . W[window], W shared or per head. */
+static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
+                                    relcl_buf W, relcl_buf Y) {
+  if (!per_head)
+    return relcl__gemm(ctx, false, false, p->rows, p->d, (size_t)p->R, 1.0f, L, (size_t)p->R, 0,
+                       relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d), p->d, 0, 1.0f, Y,
+                       p->d, 0, 1);
+  size_t *off = malloc(3 * p->BH * sizeof *off);
+  if (off == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (size_t bh = 0; bh < p->BH; bh++) {
+    off[bh] = L.offset + bh * p->nq * (size_t)p->R;
+    off[p->BH + bh] = W.offset + (bh % p->H) * p->table + (size_t)p->rlo * p->d;
+    off[2 * p->BH + bh] = Y.offset + bh * p->nq * p->d;
+  }
+  relcl_status st = relcl__gemm_offsets(ctx, false, false, p->nq, p->d, (size_t)p->R, 1.0f, L.mem,
+                                        off, (size_t)p->R, W.mem, off + p->BH, p->d, 1.0f, Y.mem,
+                                        off + 2 * p->BH, p->d, p->BH);
+  free(off);
+  return st;
+}
+
+/* dW[window] += L^T (rows x R)^T . X (rows x d), summed over batch (and heads when shared).
+ * Per head, one strided GEMM over the heads for each sequence: entries of one call never
+ * write the same table, so the sum keeps a fixed order. */
+static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
+                               relcl_buf X, relcl_buf dW) {
+  relcl_buf dst = relcl_buf_at(dW.mem, dW.offset + (size_t)p->rlo * p->d);
+  if (!per_head)
+    return relcl__gemm(ctx, true, false, (size_t)p->R, p->d, p->rows, 1.0f, L, (size_t)p->R, 0, X,
+                       p->d, 0, 1.0f, dst, p->d, 0, 1);
+  for (size_t b = 0; b < p->B; b++) {
+    relcl_status st = relcl__gemm(
+        ctx, true, false, (size_t)p->R, p->d, p->nq, 1.0f,
+        relcl_buf_at(L.mem, L.offset + b * p->H * p->nq * (size_t)p->R), (size_t)p->R,
+        p->nq * (size_t)p->R, relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d,
+        p->nq * p->d, 1.0f, dst, p->d, p->table, p->H);
+    if (st != RELCL_OK) return st;
+  }
+  return RELCL_OK;
+}
+
+/* Arguments common to the three row kernels, after their buffers. */
+static void row_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc, int flags) {
+  int H = (int)p->H, nq = desc->nq, nk = desc->nk, q0 = desc->q_pos0;
+  RELCL__ARG(a, H);
+  RELCL__ARG(a, nq);
+  RELCL__ARG(a, nk);
+  RELCL__ARG(a, p->k);
+  RELCL__ARG(a, p->rlo);
+  RELCL__ARG(a, p->R);
+  RELCL__ARG(a, q0);
+  RELCL__ARG(a, flags);
+}
+
+static void drop_args(relcl__args *a, const plan *p) {
+  RELCL__ARG(a, p->drop_threshold);
+  RELCL__ARG(a, p->drop_scale);
+  RELCL__ARG(a, p->seed_lo);
+  RELCL__ARG(a, p->seed_hi);
+  RELCL__ARG(a, p->stream_lo);
+  RELCL__ARG(a, p->stream_hi);
+}
+
+static void buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) {
+  cl_mem m = b.mem ? b.mem : fallback; /* unused arguments still need a valid buffer */
+  cl_uint off = (cl_uint)b.offset;
+  RELCL__ARG(a, m);
+  RELCL__ARG(a, off);
+}
+
+static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                                const plan *p) {
+  size_t limit = k->max_wg < 256 ? k->max_wg : 256;
+  size_t wg = relcl__pow2_wg(p->nk, limit);
+  RELCL__ARG_LOCAL(a, wg * sizeof(float));
+  size_t global = p->rows * wg;
+  return relcl__launch(ctx, k, a, 1, &global, &wg);
+}
+
+relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
+  if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
+  plan p;
+  relcl_status st = make_plan(desc, &p);
+  if (st == RELCL_OK) st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
+  if (st == RELCL_OK) st = relcl__check_buf(Z, p.rows * p.d, "Z");
+  if (st == RELCL_OK && probs.mem) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
+  if (st != RELCL_OK) return st;
+
+  cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
+  relcl__kernel_entry *kern;
+  const size_t Rsz = p.rows * (size_t)p.R * sizeof(float);
+  if ((st = relcl__kernel(ctx, "attention", "attn_fwd_rows", &kern)) != RELCL_OK) goto done;
+  if ((st = relcl__pool_get(ctx, p.rows * p.nk * sizeof(float), &S)) != RELCL_OK) goto done;
+  if (p.rel && (st = relcl__pool_get(ctx, Rsz, &Pm)) != RELCL_OK) goto done;
+  if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
+  if (!probs.mem) {
+    if ((st = relcl__pool_get(ctx, p.rows * p.nk * sizeof(float), &Am)) != RELCL_OK) goto done;
+    probs = relcl_buf_at(Am, 0);
+  }
+  relcl_buf Sb = relcl_buf_at(S, 0), Pb = relcl_buf_at(Pm, 0), Bb = relcl_buf_at(Bm, 0);
+
+  /* S = Q K^T per (b, h) */
+  st = relcl__gemm(ctx, false, true, p.nq, p.nk, p.d, 1.0f, Q, p.d, p.nq * p.d, K, p.d,
+                   p.nk * p.d, 0.0f, Sb, p.nk, p.nq * p.nk, p.BH);
+  if (st != RELCL_OK) goto done;
+  /* P = Q wK^T over the labels in use */
+  if (p.rel && (st = labels_from(ctx, &p, desc->per_head, Q, wK, Pb)) != RELCL_OK) goto done;
+
+  {
+    int flags = p.flags | (p.rel ? GATHER : 0) | (p.rel_v ? BUCKET : 0) |
+                (key_len.mem ? KEY_LEN : 0);
+    relcl__args a = {kern->kernel, 0, CL_SUCCESS};
+    buf_arg(&a, Sb, S);
+    buf_arg(&a, Pb, S);
+    buf_arg(&a, probs, S);
+    buf_arg(&a, Bb, S);
+    buf_arg(&a, key_len, S);
+    row_args(&a, &p, desc, flags);
+    RELCL__ARG(&a, p.scale);
+    drop_args(&a, &p);
+    if ((st = launch_rows(ctx, kern, &a, &p)) != RELCL_OK) goto done;
+  }
+
+  /* Z = alpha' V (+ B' wV) */
+  st = relcl__gemm(ctx, false, false, p.nq, p.d, p.nk, 1.0f, Sb, p.nk, p.nq * p.nk, V, p.d,
+                   p.nk * p.d, 0.0f, Z, p.d, p.nq * p.d, p.BH);
+  if (st == RELCL_OK && p.rel_v) st = add_from_labels(ctx, &p, desc->per_head, Bb, wV, Z);
+done:
+  relcl__pool_put(ctx, S);
+  relcl__pool_put(ctx, Pm);
+  relcl__pool_put(ctx, Bm);
+  relcl__pool_put(ctx, Am);
+  return st;
+}
+
+relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
+                                 relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
+                                 relcl_buf dwV) {
+  if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
+  plan p;
+  relcl_status st = make_plan(desc, &p);
+  size_t tables = (desc && desc->per_head) ? p.H : 1;
+  if (st == RELCL_OK) st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
+  if (st == RELCL_OK) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
+  if (st == RELCL_OK) st = relcl__check_buf(dZ, p.rows * p.d, "dZ");
+  if (st == RELCL_OK) st = relcl__check_buf(dQ, p.rows * p.d, "dQ");
+  if (st == RELCL_OK) st = relcl__check_buf(dK, p.BH * p.nk * p.d, "dK");
+  if (st == RELCL_OK) st = relcl__check_buf(dV, p.BH * p.nk * p.d, "dV");
+  if (st == RELCL_OK && p.rel && dwK.mem) st = relcl__check_buf(dwK, tables * p.table, "dwK");
+  if (st == RELCL_OK && p.rel_v && dwV.mem) st = relcl__check_buf(dwV, tables * p.table, "dwV");
+  if (st != RELCL_OK) return st;
+
+  cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;
+  const size_t Rsz = p.rows * (size_t)p.R * sizeof(float);
+  const size_t Ssz = p.rows * p.nk * sizeof(float);
+  const int len_flag = key_len.mem ? KEY_LEN : 0;
+  relcl__kernel_entry *kdrop, *kbwd;
+  if ((st = relcl__kernel(ctx, "attention", "attn_drop_rows", &kdrop)) != RELCL_OK) goto done;
+  if ((st = relcl__kernel(ctx, "attention", "attn_bwd_rows", &kbwd)) != RELCL_OK) goto done;
+  if ((st = relcl__pool_get(ctx, Ssz, &Dm)) != RELCL_OK) goto done;
+  if (p.rel && (st = relcl__pool_get(ctx, Rsz, &Cm)) != RELCL_OK) goto done;
+  if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
+  if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Gm)) != RELCL_OK) goto done;
+  if ((p.flags & DROPOUT) && (st = relcl__pool_get(ctx, Ssz, &Am)) != RELCL_OK) goto done;
+  relcl_buf A = Am ? relcl_buf_at(Am, 0) : probs; /* alpha' (= alpha without dropout) */
+  relcl_buf Db = relcl_buf_at(Dm, 0), Bb = relcl_buf_at(Bm, 0), Gb = relcl_buf_at(Gm, 0),
+            Cb = relcl_buf_at(Cm, 0);
+
+  /* alpha' and its label sums B', as the forward pass had them */
+  if (Am || p.rel_v) {
+    relcl__args a = {kdrop->kernel, 0, CL_SUCCESS};
+    buf_arg(&a, probs, Dm);
+    buf_arg(&a, relcl_buf_at(Am, 0), Dm);
+    buf_arg(&a, Bb, Dm);
+    buf_arg(&a, key_len, Dm);
+    row_args(&a, &p, desc, p.flags | len_flag | (Am ? WRITE_A : 0) | (p.rel_v ? BUCKET : 0));
+    drop_args(&a, &p);
+    if ((st = launch_rows(ctx, kdrop, &a, &p)) != RELCL_OK) goto done;
+  }
+  /* dV = alpha'^T dZ;  dwV += B'^T dZ */
+  st = relcl__gemm(ctx, true, false, p.nk, p.d, p.nq, 1.0f, A, p.nk, p.nq * p.nk, dZ, p.d,
+                   p.nq * p.d, 0.0f, dV, p.d, p.nk * p.d, p.BH);
+  if (st == RELCL_OK && p.rel_v && dwV.mem)
+    st = table_grad(ctx, &p, desc->per_head, Bb, dZ, dwV);
+  if (st != RELCL_OK) goto done;
+  /* dalpha' = dZ V^T (+ G at the labels, G = dZ wV^T) */
+  st = relcl__gemm(ctx, false, true, p.nq, p.nk, p.d, 1.0f, dZ, p.d, p.nq * p.d, V, p.d,
+                   p.nk * p.d, 0.0f, Db, p.nk, p.nq * p.nk, p.BH);
+  if (st == RELCL_OK && p.rel_v) st = labels_from(ctx, &p, desc->per_head, dZ, wV, Gb);
+  if (st != RELCL_OK) goto done;
+  {
+    relcl__args a = {kbwd->kernel, 0, CL_SUCCESS};
+    buf_arg(&a, Db, Dm);
+    buf_arg(&a, Gb, Dm);
+    buf_arg(&a, probs, Dm);
+    buf_arg(&a, Cb, Dm);
+    buf_arg(&a, key_len, Dm);
+    row_args(&a, &p, desc,
+             p.flags | len_flag | (p.rel_v ? GATHER : 0) | (p.rel ? BUCKET : 0));
+    RELCL__ARG(&a, p.scale);
+    drop_args(&a, &p);
+    if ((st = launch_rows(ctx, kbwd, &a, &p)) != RELCL_OK) goto done;
+  }
+  /* dQ = de K (+ C wK);  dK = de^T Q;  dwK += C^T Q */
+  st = relcl__gemm(ctx, false, false, p.nq, p.d, p.nk, 1.0f, Db, p.nk, p.nq * p.nk, K, p.d,
+                   p.nk * p.d, 0.0f, dQ, p.d, p.nq * p.d, p.BH);
+  if (st == RELCL_OK && p.rel) st = add_from_labels(ctx, &p, desc->per_head, Cb, wK, dQ);
+  if (st == RELCL_OK)
+    st = relcl__gemm(ctx, true, false, p.nk, p.d, p.nq, 1.0f, Db, p.nk, p.nq * p.nk, Q, p.d,
+                     p.nq * p.d, 0.0f, dK, p.d, p.nk * p.d, p.BH);
+  if (st == RELCL_OK && p.rel && dwK.mem) st = table_grad(ctx, &p, desc->per_head, Cb, Q, dwK);
+done:
+  relcl__pool_put(ctx, Am);
+  relcl__pool_put(ctx, Dm);
+  relcl__pool_put(ctx, Bm);
+  relcl__pool_put(ctx, Gm);
+  relcl__pool_put(ctx, Cm);
+  return st;
+}

@@ -1,0 +1,129 @@
+/* Internal interface shared by the files of librelcl: errors, the context layout, program
+ * building, the scratch pool and the one GEMM wrapper. Not installed. */
+#ifndef RELCL_INTERNAL_H
+#define RELCL_INTERNAL_H
+
+#include "relcl.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+/* ---- errors (error.c) ---- */
+
+/* Record a message for relcl_last_error() and return status. printf-style. */
+relcl_status relcl__fail(relcl_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Same for a failed OpenCL call: the message names the call and the cl_int. */
+relcl_status relcl__cl_fail(cl_int err, const char *what);
+const char *relcl__cl_error_name(cl_int err);
+void relcl__clear_error(void);
+
+/* ---- scratch pool (pool.c) ---- */
+
+typedef struct relcl__pool_slot {
+  cl_mem mem;
+  size_t bytes;
+  bool in_use;
+} relcl__pool_slot;
+
+#define RELCL__POOL_SLOTS 32
+
+typedef struct relcl__pool {
+  relcl__pool_slot slot[RELCL__POOL_SLOTS];
+  size_t created; /* buffers ever created: lets tests see that calls reuse memory */
+} relcl__pool;
+
+/* ---- context ---- */
+
+enum { RELCL__MAX_PROGRAMS = 16, RELCL__MAX_KERNELS = 64 };
+
+typedef struct relcl__kernel_entry {
+  const char *name; /* static string */
+  cl_kernel kernel;
+  size_t max_wg; /* CL_KERNEL_WORK_GROUP_SIZE for this device */
+} relcl__kernel_entry;
+
+struct relcl_context {
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context cl;
+  cl_command_queue queue;
+  char name[512];
+  size_t device_max_wg;
+  cl_ulong local_mem;
+  cl_ulong max_alloc;
+  cl_program program[RELCL__MAX_PROGRAMS];
+  relcl__kernel_entry kernel[RELCL__MAX_KERNELS];
+  int n_kernels;
+  relcl__pool pool;
+};
+
+/* ---- programs (program.c, cache.c) ---- */
+
+/* Number of program families and their index by name (-1 when unknown). */
+int relcl__program_count(void);
+int relcl__program_index(const char *family);
+/* Full source of family i (common prelude + file), from the embedded copy or from
+ * RELCL_KERNEL_DIR. Caller frees. */
+relcl_status relcl__program_source_text(int i, char **out);
+/* Build (or load from the binary cache) family i for a device. */
+relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
+                                  int i, bool use_cache, cl_program *out);
+/* The kernel `name` of `family` on ctx, created once and kept. */
+relcl_status relcl__kernel(relcl_context *ctx, const char *family, const char *name,
+                           relcl__kernel_entry **out);
+
+/* Program-binary cache: the directory in use ("" when disabled). */
+const char *relcl__cache_dir(char *buf, size_t size);
+/* 32 hex digits identifying (source, options, device, driver, platform). */
+void relcl__cache_key(const char *source, const char *options, cl_platform_id platform,
+                      cl_device_id device, char key[33]);
+/* Load a binary; false on any fault (missing, short, corrupt). Caller frees *bin. */
+bool relcl__cache_load(const char *dir, const char *key, unsigned char **bin, size_t *size);
+/* Store atomically (temporary file, fsync, rename); failures are ignored by design. */
+void relcl__cache_store(const char *dir, const char *key, const unsigned char *bin,
+                        size_t size);
+
+/* ---- launching ---- */
+
+/* Kernel arguments in order: RELCL__ARG(&args, x) for each; the first failure sticks. */
+typedef struct relcl__args {
+  cl_kernel kernel;
+  cl_uint index;
+  cl_int err;
+} relcl__args;
+
+static inline void relcl__arg(relcl__args *a, size_t size, const void *value) {
+  if (a->err == CL_SUCCESS) a->err = clSetKernelArg(a->kernel, a->index, size, value);
+  a->index++;
+}
+#define RELCL__ARG(a, x) relcl__arg((a), sizeof(x), &(x))
+#define RELCL__ARG_LOCAL(a, bytes) relcl__arg((a), (bytes), NULL)
+relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
+                           cl_uint dims,
+                           const size_t *global, const size_t *local);
+/* Largest power of two <= limit and <= want rounded up to a power of two, >= 1. */
+size_t relcl__pow2_wg(size_t want, size_t limit);
+
+relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out);
+void relcl__pool_put(relcl_context *ctx, cl_mem mem);
+void relcl__pool_destroy(relcl__pool *pool);
+
+/* Check that buf holds at least n elements of 4 bytes past its offset. */
+relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what);
+
+/* ---- GEMM (gemm.c: the only file that calls CLBlast) ---- */
+
+/* Row-major C = alpha op(A) op(B) + beta C, batch times with element strides. */
+relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t m, size_t n,
+                         size_t k, float alpha, relcl_buf a, size_t lda, size_t stride_a,
+                         relcl_buf b, size_t ldb, size_t stride_b, float beta, relcl_buf c,
+                         size_t ldc, size_t stride_c, size_t batch);
+/* Same with one offset per batch entry (offsets in elements, added to the bufs' offsets). */
+relcl_status relcl__gemm_offsets(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                                 size_t n, size_t k, float alpha, cl_mem a,
+                                 const size_t *a_off, size_t lda, cl_mem b, const size_t *b_off,
+                                 size_t ldb, float beta, cl_mem c, const size_t *c_off,
+                                 size_t ldc, size_t batch);
+
+#endif

@@ -1,0 +1,59 @@
+/* Scratch memory: a small set of device buffers reused across calls. A request takes the
+ * smallest free buffer that fits, or creates one; in steady state no call allocates.
+ * Buffers given back may still be in use by enqueued commands: that is safe because the
+ * context's queue is in order. */
+#include "internal.h"
+
+relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
+  relcl__pool *pool = &ctx->pool;
+  if (bytes == 0) bytes = 4;
+  int best = -1, empty = -1, smallest_free = -1;
+  for (int i = 0; i < RELCL__POOL_SLOTS; i++) {
+    relcl__pool_slot *s = &pool->slot[i];
+    if (s->mem == NULL) {
+      if (empty < 0) empty = i;
+    } else if (!s->in_use) {
+      if (s->bytes >= bytes && (best < 0 || s->bytes < pool->slot[best].bytes)) best = i;
+      if (smallest_free < 0 || s->bytes < pool->slot[smallest_free].bytes) smallest_free = i;
+    }
+  }
+  if (best >= 0) {
+    pool->slot[best].in_use = true;
+    *out = pool->slot[best].mem;
+    return RELCL_OK;
+  }
+  /* no free buffer fits: make a new one, replacing the smallest free one if full */
+  int slot = empty >= 0 ? empty : smallest_free;
+  if (slot < 0)
+    return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "scratch pool exhausted (%d buffers in use)",
+                       RELCL__POOL_SLOTS);
+  if (pool->slot[slot].mem) {
+    clReleaseMemObject(pool->slot[slot].mem);
+    pool->slot[slot].mem = NULL;
+  }
+  if (bytes > ctx->max_alloc)
+    return relcl__fail(RELCL_ERR_OUT_OF_MEMORY,
+                       "scratch buffer of %zu bytes exceeds the device's largest allocation "
+                       "(%llu bytes): use a smaller batch or sequence length",
+                       bytes, (unsigned long long)ctx->max_alloc);
+  cl_int err;
+  cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS) return relcl__cl_fail(err, "clCreateBuffer (scratch)");
+  pool->slot[slot].mem = mem;
+  pool->slot[slot].bytes = bytes;
+  pool->slot[slot].in_use = true;
+  pool->created++;
+  *out = mem;
+  return RELCL_OK;
+}
+
+void relcl__pool_put(relcl_context *ctx, cl_mem mem) {
+  if (mem == NULL) return;
+  for (int i = 0; i < RELCL__POOL_SLOTS; i++)
+    if (ctx->pool.slot[i].mem == mem) ctx->pool.slot[i].in_use = false;
+}
+
+void relcl__pool_destroy(relcl__pool *pool) {
+  for (int i = 0; i < RELCL__POOL_SLOTS; i++)
+    if (pool->slot[i].mem) clReleaseMemObject(pool->slot[i].mem);
+}

@@ -1,0 +1,26 @@
+/* Sinusoidal absolute position encoding: the baseline relative positions are measured
+ * against. */
+#include "internal.h"
+
+relcl_status relcl_posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
+                              int pos0) {
+  if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "posenc: ctx is NULL");
+  if (batch <= 0 || n <= 0 || d_model <= 0 || pos0 < 0)
+    return relcl__fail(RELCL_ERR_INVALID_ARG,
+                       "posenc: batch=%d n=%d d_model=%d must be > 0 and pos0=%d >= 0", batch, n,
+                       d_model, pos0);
+  size_t total = (size_t)batch * (size_t)n * (size_t)d_model;
+  relcl_status st = relcl__check_buf(x, total, "posenc x");
+  if (st != RELCL_OK) return st;
+  relcl__kernel_entry *k;
+  if ((st = relcl__kernel(ctx, "posenc", "posenc_add", &k)) != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint off = (cl_uint)x.offset;
+  RELCL__ARG(&a, x.mem);
+  RELCL__ARG(&a, off);
+  RELCL__ARG(&a, n);
+  RELCL__ARG(&a, d_model);
+  RELCL__ARG(&a, pos0);
+  size_t global[3] = {(size_t)d_model, (size_t)n, (size_t)batch};
+  return relcl__launch(ctx, k, &a, 3, global, NULL);
+}

@@ -1,0 +1,169 @@
+/* Program families: source text (embedded, or RELCL_KERNEL_DIR), build, binary cache. */
+#include "internal.h"
+#include "programs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OpenCL C 1.2 everywhere; no -cl-fast-relaxed-math: it breaks masking on NVIDIA. */
+static const char build_options[] = "-cl-std=CL1.2";
+
+int relcl__program_count(void) {
+  int n = 0;
+  while (relcl__program_sources[n].name) n++;
+  return n;
+}
+
+int relcl__program_index(const char *family) {
+  for (int i = 0; relcl__program_sources[i].name; i++)
+    if (strcmp(relcl__program_sources[i].name, family) == 0) return i;
+  return -1;
+}
+
+const char *const *relcl_program_names(void) {
+  static const char *names[RELCL__MAX_PROGRAMS + 1];
+  for (int i = 0; i < RELCL__MAX_PROGRAMS && relcl__program_sources[i].name; i++)
+    names[i] = relcl__program_sources[i].name;
+  return names;
+}
+
+static relcl_status read_text(const char *dir, const char *file, char **out) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return relcl__fail(RELCL_ERR_IO, "RELCL_KERNEL_DIR: cannot open %s", path);
+  relcl_status st = RELCL_OK;
+  char *buf = NULL;
+  long size;
+  if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    st = relcl__fail(RELCL_ERR_IO, "RELCL_KERNEL_DIR: cannot read %s", path);
+    goto done;
+  }
+  buf = malloc((size_t)size + 1);
+  if (buf == NULL) {
+    st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory reading %s", path);
+    goto done;
+  }
+  if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+    free(buf);
+    buf = NULL;
+    st = relcl__fail(RELCL_ERR_IO, "RELCL_KERNEL_DIR: short read of %s", path);
+    goto done;
+  }
+  buf[size] = '\0';
+done:
+  fclose(f);
+  *out = buf;
+  return st;
+}
+
+relcl_status relcl__program_source_text(int i, char **out) {
+  *out = NULL;
+  const relcl__program_source *ps = &relcl__program_sources[i];
+  const char *dir = getenv("RELCL_KERNEL_DIR");
+  char *common = NULL, *body = NULL;
+  relcl_status st = RELCL_OK;
+  if (dir && dir[0]) {
+    st = read_text(dir, "common.cl", &common);
+    if (st == RELCL_OK) st = read_text(dir, ps->file, &body);
+    if (st != RELCL_OK) goto done;
+  }
+  const char *c = common ? common : relcl__common_source;
+  const char *b = body ? body : ps->source;
+  size_t n = strlen(c) + strlen(b) + 64;
+  char *text = malloc(n);
+  if (text == NULL) {
+    st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  /* #line keeps compiler messages pointing at the right file and line */
+  snprintf(text, n, "%s\n#line 1 \"%s\"\n%s", c, ps->file, b);
+  *out = text;
+done:
+  free(common);
+  free(body);
+  return st;
+}
+
+static relcl_status build_log_fail(cl_program prog, cl_device_id device, const char *file,
+                                   cl_int err) {
+  size_t len = 0;
+  clGetProgramBuildInfo(prog, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
+  char *log = calloc(len + 1, 1);
+  if (log) clGetProgramBuildInfo(prog, device, CL_PROGRAM_BUILD_LOG, len, log, NULL);
+  char name[256] = "";
+  clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+  relcl_status st = relcl__fail(RELCL_ERR_BUILD, "building kernels/%s for %s failed (%s):\n%s",
+                                file, name, relcl__cl_error_name(err), log ? log : "");
+  free(log);
+  return st;
+}
+
+/* Build from a binary; any fault returns NULL and the caller compiles from source. */
+static cl_program from_binary(cl_context cl, cl_device_id device, const unsigned char *bin,
+                              size_t size) {
+  cl_int err, bin_status;
+  cl_program prog = clCreateProgramWithBinary(cl, 1, &device, &size, &bin, &bin_status, &err);
+  if (err != CL_SUCCESS || bin_status != CL_SUCCESS) {
+    if (prog) clReleaseProgram(prog);
+    return NULL;
+  }
+  if (clBuildProgram(prog, 1, &device, build_options, NULL, NULL) != CL_SUCCESS) {
+    clReleaseProgram(prog);
+    return NULL;
+  }
+  return prog;
+}
+
+static void store_binary(cl_program prog, const char *dir, const char *key) {
+  size_t size = 0;
+  if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
+      size == 0)
+    return;
+  unsigned char *bin = malloc(size);
+  if (bin == NULL) return;
+  if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
+    relcl__cache_store(dir, key, bin, size);
+  free(bin);
+}
+
+relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
+                                  int i, bool use_cache, cl_program *out) {
+  *out = NULL;
+  char *source = NULL;
+  relcl_status st = relcl__program_source_text(i, &source);
+  if (st != RELCL_OK) return st;
+
+  char dirbuf[4096], key[33];
+  const char *dir = use_cache ? relcl__cache_dir(dirbuf, sizeof dirbuf) : "";
+  if (dir[0]) {
+    relcl__cache_key(source, build_options, platform, device, key);
+    unsigned char *bin = NULL;
+    size_t size = 0;
+    if (relcl__cache_load(dir, key, &bin, &size)) {
+      *out = from_binary(cl, device, bin, size);
+      free(bin);
+      if (*out) goto done;
+    }
+  }
+
+  cl_int err;
+  const char *src = source;
+  cl_program prog = clCreateProgramWithSource(cl, 1, &src, NULL, &err);
+  if (err != CL_SUCCESS) {
+    st = relcl__cl_fail(err, "clCreateProgramWithSource");
+    goto done;
+  }
+  err = clBuildProgram(prog, 1, &device, build_options, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    st = build_log_fail(prog, device, relcl__program_sources[i].file, err);
+    clReleaseProgram(prog);
+    goto done;
+  }
+  if (dir[0]) store_binary(prog, dir, key);
+  *out = prog;
+done:
+  free(source);
+  return st;
+}

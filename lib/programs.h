@@ -1,0 +1,15 @@
+/* The OpenCL C sources embedded at build time (generated relcl_kernels.c). */
+#ifndef RELCL_PROGRAMS_H
+#define RELCL_PROGRAMS_H
+
+typedef struct relcl__program_source {
+  const char *name;   /* family, e.g. "attention" */
+  const char *file;   /* "attention.cl": the name looked up under RELCL_KERNEL_DIR */
+  const char *source; /* the file's text, without the common prelude */
+} relcl__program_source;
+
+extern const char relcl__common_source[];
+/* Ends with an entry whose name is NULL. */
+extern const relcl__program_source relcl__program_sources[];
+
+#endif
