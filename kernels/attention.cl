@@ -10,6 +10,9 @@
  * from P or G (so the host may drop labels that only masked keys would use).
  */
 
+/* Oclgrind 21.10 cannot check the LLVM `freeze` that a paired x / y, x % y turns into, so
+ * the remainder is written as a subtraction. */
+
 #define RELCL_GATHER 1   /* add P (forward) or G (backward) at each key's label */
 #define RELCL_BUCKET 2   /* write the label sums of the row's result */
 #define RELCL_CAUSAL 4
@@ -69,7 +72,7 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
                             uint seed_hi, uint stream_lo, uint stream_hi,
                             __local float *red) {
   const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
-  const int bh = row / nq, i = row % nq;
+  const int bh = row / nq, i = row - bh * nq; /* not row % nq: see oclgrind note above */
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
   __global float *s = S + s_off + (size_t)row * nk;
@@ -119,7 +122,7 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
                              float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
                              uint stream_hi, __local float *red) {
   const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
-  const int pq = q_pos0 + row % nq;
+  const int pq = q_pos0 + row - (row / nq) * nq;
   __global const float *a = probs + probs_off + (size_t)row * nk;
   __global float *ad_out = A + a_off + (size_t)row * nk;
   __global float *bk = Bk + b_off + (size_t)row * R;
@@ -148,7 +151,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
                             uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
                             uint stream_lo, uint stream_hi, __local float *red) {
   const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
-  const int bh = row / nq, i = row % nq;
+  const int bh = row / nq, i = row - bh * nq; /* not row % nq: see oclgrind note above */
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
   __global float *dd = D + d_off + (size_t)row * nk;

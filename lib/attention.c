@@ -5,7 +5,6 @@
 #include "internal.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 /* Flags shared with kernels/attention.cl. */
 enum {
@@ -117,51 +116,49 @@ static relcl_status check_inputs(const plan *p, const relcl_attn_desc *desc, rel
   return RELCL_OK;
 }
 
+/* Per-head tables: the matrices of sequence b for heads 0..H-1 sit at fixed strides, so
+ * each sequence is one strided-batched GEMM over the heads. (CLBlast's offset-array batched
+ * GEMM would be one call, but Oclgrind flags its results as uninitialized.) */
+
 /* rows x R (one label value per row) = X (rows x d) . W[window]^T, W shared or per head. */
 static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
                                 relcl_buf W, relcl_buf out) {
+  relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
   if (!per_head)
-    return relcl__gemm(ctx, false, true, p->rows, (size_t)p->R, p->d, 1.0f, X, p->d, 0,
-                       relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d), p->d, 0, 0.0f, out,
-                       (size_t)p->R, 0, 1);
-  size_t *off = malloc(3 * p->BH * sizeof *off);
-  if (off == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
-  for (size_t bh = 0; bh < p->BH; bh++) {
-    off[bh] = X.offset + bh * p->nq * p->d;
-    off[p->BH + bh] = W.offset + (bh % p->H) * p->table + (size_t)p->rlo * p->d;
-    off[2 * p->BH + bh] = out.offset + bh * p->nq * (size_t)p->R;
+    return relcl__gemm(ctx, false, true, p->rows, (size_t)p->R, p->d, 1.0f, X, p->d, 0, win, p->d,
+                       0, 0.0f, out, (size_t)p->R, 0, 1);
+  for (size_t b = 0; b < p->B; b++) {
+    relcl_status st = relcl__gemm(
+        ctx, false, true, p->nq, (size_t)p->R, p->d, 1.0f,
+        relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, win, p->d,
+        p->table, 0.0f, relcl_buf_at(out.mem, out.offset + b * p->H * p->nq * (size_t)p->R),
+        (size_t)p->R, p->nq * (size_t)p->R, p->H);
+    if (st != RELCL_OK) return st;
   }
-  relcl_status st = relcl__gemm_offsets(ctx, false, true, p->nq, (size_t)p->R, p->d, 1.0f, X.mem,
-                                        off, p->d, W.mem, off + p->BH, p->d, 0.0f, out.mem,
-                                        off + 2 * p->BH, (size_t)p->R, p->BH);
-  free(off);
-  return st;
+  return RELCL_OK;
 }
 
 /* Y (rows x d) += L (rows x R) . W[window], W shared or per head. */
 static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
                                     relcl_buf W, relcl_buf Y) {
+  relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
   if (!per_head)
     return relcl__gemm(ctx, false, false, p->rows, p->d, (size_t)p->R, 1.0f, L, (size_t)p->R, 0,
-                       relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d), p->d, 0, 1.0f, Y,
-                       p->d, 0, 1);
-  size_t *off = malloc(3 * p->BH * sizeof *off);
-  if (off == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
-  for (size_t bh = 0; bh < p->BH; bh++) {
-    off[bh] = L.offset + bh * p->nq * (size_t)p->R;
-    off[p->BH + bh] = W.offset + (bh % p->H) * p->table + (size_t)p->rlo * p->d;
-    off[2 * p->BH + bh] = Y.offset + bh * p->nq * p->d;
+                       win, p->d, 0, 1.0f, Y, p->d, 0, 1);
+  for (size_t b = 0; b < p->B; b++) {
+    relcl_status st = relcl__gemm(
+        ctx, false, false, p->nq, p->d, (size_t)p->R, 1.0f,
+        relcl_buf_at(L.mem, L.offset + b * p->H * p->nq * (size_t)p->R), (size_t)p->R,
+        p->nq * (size_t)p->R, win, p->d, p->table, 1.0f,
+        relcl_buf_at(Y.mem, Y.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, p->H);
+    if (st != RELCL_OK) return st;
   }
-  relcl_status st = relcl__gemm_offsets(ctx, false, false, p->nq, p->d, (size_t)p->R, 1.0f, L.mem,
-                                        off, (size_t)p->R, W.mem, off + p->BH, p->d, 1.0f, Y.mem,
-                                        off + 2 * p->BH, p->d, p->BH);
-  free(off);
-  return st;
+  return RELCL_OK;
 }
 
 /* dW[window] += L^T (rows x R)^T . X (rows x d), summed over batch (and heads when shared).
- * Per head, one strided GEMM over the heads for each sequence: entries of one call never
- * write the same table, so the sum keeps a fixed order. */
+ * Per head, the entries of one call write different tables, so no two race and the sum
+ * over sequences keeps a fixed order. */
 static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
                                relcl_buf X, relcl_buf dW) {
   relcl_buf dst = relcl_buf_at(dW.mem, dW.offset + (size_t)p->rlo * p->d);

@@ -302,10 +302,25 @@ relcl_status relcl_read(relcl_context *ctx, relcl_buf src, void *dst, size_t n) 
   return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueReadBuffer");
 }
 
+relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t n) {
+  if (n == 0) return RELCL_OK;
+  if (dst.offset + n >= ((size_t)1 << 32))
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "fill: over 2^32 elements");
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "util", "fill", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint off = (cl_uint)dst.offset, count = (cl_uint)n;
+  RELCL__ARG(&a, dst.mem);
+  RELCL__ARG(&a, off);
+  RELCL__ARG(&a, count);
+  RELCL__ARG(&a, value);
+  size_t wg = k->max_wg < 64 ? k->max_wg : 64;
+  size_t global = (n + wg - 1) / wg * wg;
+  return relcl__launch(ctx, k, &a, 1, &global, &wg);
+}
+
 relcl_status relcl_fill(relcl_context *ctx, relcl_buf dst, float value, size_t n) {
   relcl_status st = relcl__check_buf(dst, n, "relcl_fill destination");
-  if (st != RELCL_OK || n == 0) return st;
-  cl_int err = clEnqueueFillBuffer(ctx->queue, dst.mem, &value, sizeof value, dst.offset * 4,
-                                   n * 4, 0, NULL, NULL);
-  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueFillBuffer");
+  return st == RELCL_OK ? relcl__fill(ctx, dst, value, n) : st;
 }

@@ -2,7 +2,6 @@
 #include "internal.h"
 
 #include <clblast_c.h>
-#include <stdlib.h>
 
 static relcl_status clblast_fail(CLBlastStatusCode code, const char *what, size_t m, size_t n,
                                  size_t k, size_t batch) {
@@ -35,27 +34,4 @@ relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t 
                                       NULL);
   return code == CLBlastSuccess ? RELCL_OK
                                 : clblast_fail(code, "SGEMM", m, n, k, batch);
-}
-
-relcl_status relcl__gemm_offsets(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                 size_t n, size_t k, float alpha, cl_mem a,
-                                 const size_t *a_off, size_t lda, cl_mem b, const size_t *b_off,
-                                 size_t ldb, float beta, cl_mem c, const size_t *c_off,
-                                 size_t ldc, size_t batch) {
-  if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
-  if (k == 0) return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM with an empty inner dimension");
-  float *alphas = malloc(2 * batch * sizeof *alphas);
-  if (alphas == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
-  float *betas = alphas + batch;
-  for (size_t i = 0; i < batch; i++) {
-    alphas[i] = alpha;
-    betas[i] = beta;
-  }
-  CLBlastStatusCode code = CLBlastSgemmBatched(
-      CLBlastLayoutRowMajor, trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
-      trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alphas, a, a_off, lda, b,
-      b_off, ldb, betas, c, c_off, ldc, batch, &ctx->queue, NULL);
-  free(alphas);
-  return code == CLBlastSuccess ? RELCL_OK
-                                : clblast_fail(code, "batched SGEMM", m, n, k, batch);
 }

@@ -109,6 +109,9 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out);
 void relcl__pool_put(relcl_context *ctx, cl_mem mem);
 void relcl__pool_destroy(relcl__pool *pool);
 
+/* Set n floats to value, without argument checks. */
+relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t n);
+
 /* Check that buf holds at least n elements of 4 bytes past its offset. */
 relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what);
 
@@ -119,11 +122,4 @@ relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t 
                          size_t k, float alpha, relcl_buf a, size_t lda, size_t stride_a,
                          relcl_buf b, size_t ldb, size_t stride_b, float beta, relcl_buf c,
                          size_t ldc, size_t stride_c, size_t batch);
-/* Same with one offset per batch entry (offsets in elements, added to the bufs' offsets). */
-relcl_status relcl__gemm_offsets(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                 size_t n, size_t k, float alpha, cl_mem a,
-                                 const size_t *a_off, size_t lda, cl_mem b, const size_t *b_off,
-                                 size_t ldb, float beta, cl_mem c, const size_t *c_off,
-                                 size_t ldc, size_t batch);
-
 #endif

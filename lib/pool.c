@@ -6,6 +6,7 @@
 
 relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
   relcl__pool *pool = &ctx->pool;
+  bytes = (bytes + 3) & ~(size_t)3;
   if (bytes == 0) bytes = 4;
   int best = -1, empty = -1, smallest_free = -1;
   for (int i = 0; i < RELCL__POOL_SLOTS; i++) {
@@ -39,6 +40,13 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
   cl_int err;
   cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
   if (err != CL_SUCCESS) return relcl__cl_fail(err, "clCreateBuffer (scratch)");
+  /* Zeroed once: a request may get a larger buffer than it asked for, and CLBlast's tiles
+   * may read (and then discard) entries past a matrix's end; they must not be garbage. */
+  relcl_status st = relcl__fill(ctx, relcl_buf_at(mem, 0), 0.0f, bytes / 4);
+  if (st != RELCL_OK) {
+    clReleaseMemObject(mem);
+    return st;
+  }
   pool->slot[slot].mem = mem;
   pool->slot[slot].bytes = bytes;
   pool->slot[slot].in_use = true;
