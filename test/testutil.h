@@ -15,7 +15,7 @@
 static int tu_passed, tu_failed;
 
 /* Record one check; prints a line for failures and, when verbose, passes too. */
-static void tu_check(int ok, const char *fmt, ...) {
+static inline void tu_check(int ok, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   printf("%s ", ok ? "ok  " : "FAIL");
@@ -29,12 +29,12 @@ static void tu_check(int ok, const char *fmt, ...) {
 }
 
 /* The closing line CI reads, and the exit status. */
-static int tu_finish(void) {
+static inline int tu_finish(void) {
   printf("%d passed, %d failed\n", tu_passed, tu_failed);
   return tu_failed ? 1 : 0;
 }
 
-static void tu_die_status(relcl_status st, const char *what) {
+static inline void tu_die_status(relcl_status st, const char *what) {
   fprintf(stderr, "%s: %s: %s\n", what, relcl_status_str(st), relcl_last_error());
   exit(1);
 }
@@ -46,18 +46,18 @@ static void tu_die_status(relcl_status st, const char *what) {
   } while (0)
 
 /* splitmix64: portable, seedable; values uniform in [-1, 1). */
-static uint64_t tu_next(uint64_t *s) {
+static inline uint64_t tu_next(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
 
-static void tu_fill(float *x, size_t n, uint64_t seed) {
+static inline void tu_fill(float *x, size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; i++) x[i] = (float)((double)(tu_next(&seed) >> 11) * 0x1p-52 - 1.0);
 }
 
-static float *tu_alloc_host(size_t n) {
+static inline float *tu_alloc_host(size_t n) {
   float *p = calloc(n ? n : 1, sizeof *p);
   if (p == NULL) {
     fprintf(stderr, "out of host memory\n");
@@ -67,21 +67,21 @@ static float *tu_alloc_host(size_t n) {
 }
 
 /* Device copy of host data (n floats). */
-static cl_mem tu_upload(relcl_context *ctx, const void *x, size_t n) {
+static inline cl_mem tu_upload(relcl_context *ctx, const void *x, size_t n) {
   cl_mem m;
   TU_OK(relcl_alloc(ctx, n ? n : 1, &m));
   if (n) TU_OK(relcl_write(ctx, relcl_buf_at(m, 0), x, n));
   return m;
 }
 
-static float *tu_download(relcl_context *ctx, cl_mem m, size_t n) {
+static inline float *tu_download(relcl_context *ctx, cl_mem m, size_t n) {
   float *x = tu_alloc_host(n);
   TU_OK(relcl_read(ctx, relcl_buf_at(m, 0), x, n));
   return x;
 }
 
 /* max |a - b| / max(max |b|, floor): the error relative to the tensor's scale. */
-static double tu_rel_err(const float *a, const double *b, size_t n, double floor_) {
+static inline double tu_rel_err(const float *a, const double *b, size_t n, double floor_) {
   double num = 0.0, den = floor_;
   for (size_t i = 0; i < n; i++) {
     double e = fabs((double)a[i] - b[i]);
@@ -91,7 +91,7 @@ static double tu_rel_err(const float *a, const double *b, size_t n, double floor
   return num / den;
 }
 
-static relcl_context *tu_context(void) {
+static inline relcl_context *tu_context(void) {
   relcl_context *ctx = NULL;
   TU_OK(relcl_context_create(&ctx, NULL));
   return ctx;
