@@ -280,8 +280,9 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p;
   relcl_status st = make_plan(desc, &p);
-  size_t tables = (desc && desc->per_head) ? p.H : 1;
-  if (st == RELCL_OK) st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
+  if (st != RELCL_OK) return st;
+  size_t tables = desc->per_head ? p.H : 1;
+  st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
   if (st == RELCL_OK) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
   if (st == RELCL_OK) st = relcl__check_buf(dZ, p.rows * p.d, "dZ");
   if (st == RELCL_OK) st = relcl__check_buf(dQ, p.rows * p.d, "dQ");

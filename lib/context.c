@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +140,7 @@ relcl_status relcl_context_create(relcl_context **out, const char *device) {
   char pn[256], dn[256];
   platform_name(ctx->platform, pn, sizeof pn);
   device_name(ctx->device, dn, sizeof dn);
-  snprintf(ctx->name, sizeof ctx->name, "%s / %s", pn, dn);
+  snprintf(ctx->name, sizeof ctx->name, "%.250s / %.250s", pn, dn);
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->device_max_wg,
                   &ctx->device_max_wg, NULL);
   clGetDeviceInfo(ctx->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ctx->local_mem,
@@ -189,6 +190,7 @@ cl_device_id relcl_context_device(const relcl_context *ctx) { return ctx->device
 const char *relcl_context_device_name(const relcl_context *ctx) { return ctx->name; }
 
 relcl_status relcl_finish(relcl_context *ctx) {
+  if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_finish: ctx is NULL");
   cl_int err = clFinish(ctx->queue);
   return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clFinish");
 }
@@ -265,6 +267,10 @@ relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const rel
 
 relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what) {
   if (buf.mem == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s is NULL", what);
+  /* kernels index with 32-bit element offsets */
+  if (n > UINT32_MAX || buf.offset > UINT32_MAX - n)
+    return relcl__fail(RELCL_ERR_INVALID_ARG,
+                       "%s: offset %zu + %zu elements exceeds 2^32 elements", what, buf.offset, n);
   size_t bytes = 0;
   cl_int err = clGetMemObjectInfo(buf.mem, CL_MEM_SIZE, sizeof bytes, &bytes, NULL);
   if (err != CL_SUCCESS) return relcl__cl_fail(err, what);
@@ -276,8 +282,10 @@ relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what) {
 }
 
 relcl_status relcl_alloc(relcl_context *ctx, size_t n, cl_mem *out) {
+  if (ctx == NULL || out == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_alloc: ctx or out is NULL");
   if (n == 0) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_alloc: zero elements");
-  if (n * 4 > ctx->max_alloc)
+  if (n > ctx->max_alloc / 4)
     return relcl__fail(RELCL_ERR_OUT_OF_MEMORY,
                        "relcl_alloc: %zu bytes exceed the device's largest allocation (%llu)",
                        n * 4, (unsigned long long)ctx->max_alloc);
@@ -287,6 +295,8 @@ relcl_status relcl_alloc(relcl_context *ctx, size_t n, cl_mem *out) {
 }
 
 relcl_status relcl_write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n) {
+  if (ctx == NULL || (src == NULL && n > 0))
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_write: ctx or src is NULL");
   relcl_status st = relcl__check_buf(dst, n, "relcl_write destination");
   if (st != RELCL_OK || n == 0) return st;
   cl_int err = clEnqueueWriteBuffer(ctx->queue, dst.mem, CL_TRUE, dst.offset * 4, n * 4, src, 0,
@@ -295,6 +305,8 @@ relcl_status relcl_write(relcl_context *ctx, relcl_buf dst, const void *src, siz
 }
 
 relcl_status relcl_read(relcl_context *ctx, relcl_buf src, void *dst, size_t n) {
+  if (ctx == NULL || (dst == NULL && n > 0))
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_read: ctx or dst is NULL");
   relcl_status st = relcl__check_buf(src, n, "relcl_read source");
   if (st != RELCL_OK || n == 0) return st;
   cl_int err = clEnqueueReadBuffer(ctx->queue, src.mem, CL_TRUE, src.offset * 4, n * 4, dst, 0,
@@ -304,8 +316,6 @@ relcl_status relcl_read(relcl_context *ctx, relcl_buf src, void *dst, size_t n) 
 
 relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t n) {
   if (n == 0) return RELCL_OK;
-  if (dst.offset + n >= ((size_t)1 << 32))
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "fill: over 2^32 elements");
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "util", "fill", &k);
   if (st != RELCL_OK) return st;
@@ -321,6 +331,7 @@ relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t 
 }
 
 relcl_status relcl_fill(relcl_context *ctx, relcl_buf dst, float value, size_t n) {
+  if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_fill: ctx is NULL");
   relcl_status st = relcl__check_buf(dst, n, "relcl_fill destination");
   return st == RELCL_OK ? relcl__fill(ctx, dst, value, n) : st;
 }

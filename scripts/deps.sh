@@ -1,0 +1,36 @@
+# Debian/Ubuntu packages relcl needs, and the step that installs the missing ones.
+# Sourced by test.sh and demo.sh: append new dependencies to RELCL_DEPS, nowhere else.
+# shellcheck shell=bash
+
+RELCL_DEPS=(
+  gcc libc6-dev meson ninja-build pkg-config python3  # toolchain (libc6-dev: gcc only recommends it)
+  ocl-icd-opencl-dev opencl-headers                    # OpenCL ICD loader and headers
+  pocl-opencl-icd clinfo                               # a CPU OpenCL device, and a way to list devices
+  libclblast-dev                                       # every GEMM
+  oclgrind                                             # kernel checker used by the test suite
+  g++ libsentencepiece-dev libcjson-dev liblzma-dev    # lib/spm.cc (C++ over SentencePiece), lib/data.c
+  sentencepiece                                        # spm_encode/spm_decode, to inspect a model by hand
+)
+
+# Install whatever in RELCL_DEPS is missing; `apt-get update` runs only when something is.
+relcl_install_deps() {
+  local missing=() pkg status
+  for pkg in "${RELCL_DEPS[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    [[ $status == "install ok installed" ]] || missing+=("$pkg")
+  done
+  if ((${#missing[@]} == 0)); then
+    return 0
+  fi
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null; then
+      echo "relcl: missing packages (${missing[*]}) and not root, with no sudo to install them" >&2
+      return 1
+    fi
+    sudo=(sudo)
+  fi
+  echo "relcl: installing ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+}
