@@ -3,13 +3,10 @@
  * (missing, short, corrupt, unwritable) just means "compile from source". */
 #include "internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 static const char magic[8] = {'R', 'E', 'L', 'C', 'L', 'B', 'I', 'N'};
 
@@ -20,16 +17,7 @@ typedef struct header {
   uint64_t checksum; /* FNV-1a of the binary, to catch a torn or damaged file */
 } header;
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
-static uint64_t fnv1a_str(uint64_t h, const char *s) { return fnv1a(h, s, strlen(s) + 1); }
+static uint64_t fnv1a_str(uint64_t h, const char *s) { return relcl__fnv1a64(h, s, strlen(s) + 1); }
 
 const char *relcl__cache_dir(char *buf, size_t size) {
   const char *env = getenv("RELCL_CACHE_DIR");
@@ -61,7 +49,7 @@ void relcl__cache_key(const char *source, const char *options, cl_platform_id pl
     plat_ver[0] = '\0';
   plat_ver[sizeof plat_ver - 1] = '\0';
   /* two differently seeded 64-bit hashes: 128 bits make a collision negligible */
-  uint64_t h[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
+  uint64_t h[2] = {RELCL__FNV_BASIS, 0x84222325cbf29ce4ULL};
   for (int i = 0; i < 2; i++) {
     h[i] = fnv1a_str(h[i], source);
     h[i] = fnv1a_str(h[i], options);
@@ -90,7 +78,7 @@ bool relcl__cache_load(const char *dir, const char *key, unsigned char **bin, si
   if (ok) {
     data = malloc((size_t)h.size);
     ok = data != NULL && fread(data, 1, (size_t)h.size, f) == h.size && fgetc(f) == EOF &&
-         fnv1a(0xcbf29ce484222325ULL, data, (size_t)h.size) == h.checksum;
+         relcl__fnv1a64(RELCL__FNV_BASIS, data, (size_t)h.size) == h.checksum;
   }
   fclose(f);
   if (!ok) {
@@ -114,21 +102,31 @@ static void make_dirs(const char *dir) {
   mkdir(tmp, 0755);
 }
 
+typedef struct entry {
+  const char *key;
+  const unsigned char *bin;
+  size_t size;
+} entry;
+
+static relcl_status write_entry(relcl__file_out *out, void *arg) {
+  const entry *e = arg;
+  header h;
+  memcpy(h.magic, magic, sizeof magic);
+  memcpy(h.key, e->key, 32);
+  h.size = e->size;
+  h.checksum = relcl__fnv1a64(RELCL__FNV_BASIS, e->bin, e->size);
+  relcl__file_out_write(out, &h, sizeof h);
+  relcl__file_out_write(out, e->bin, e->size);
+  return RELCL_OK;
+}
+
 void relcl__cache_store(const char *dir, const char *key, const unsigned char *bin,
                         size_t size) {
   make_dirs(dir);
-  char path[4200], tmp[4300];
+  char path[4200];
   entry_path(dir, key, path, sizeof path);
-  snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) return;
-  header h;
-  memcpy(h.magic, magic, sizeof magic);
-  memcpy(h.key, key, 32);
-  h.size = size;
-  h.checksum = fnv1a(0xcbf29ce484222325ULL, bin, size);
-  bool ok = write(fd, &h, sizeof h) == (ssize_t)sizeof h &&
-            write(fd, bin, size) == (ssize_t)size && fsync(fd) == 0;
-  ok = (close(fd) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+  entry e = {key, bin, size};
+  /* a cache that cannot be written is no error: the next run compiles again */
+  (void)relcl__write_atomic(path, write_entry, &e);
+  relcl__clear_error();
 }

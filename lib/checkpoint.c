@@ -53,12 +53,7 @@ struct relcl_checkpoint {
 /* ---- small helpers ---- */
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ULL;
-  }
-  return h;
+  return relcl__fnv1a64(h, data, n);
 }
 
 static uint64_t fnv1a_str(uint64_t h, const char *s) { return fnv1a(h, s, strlen(s) + 1); }
@@ -185,81 +180,16 @@ static relcl_status hash_chunk(void *ud, const unsigned char *bytes, size_t n) {
   return RELCL_OK;
 }
 
-typedef struct writer {
-  int fd;
-  size_t written;
-  int err; /* errno of the first failure */
-} writer;
-
-static bool write_all(writer *w, const void *data, size_t n) {
-  const unsigned char *p = data;
-  while (n > 0) {
-    ssize_t k = write(w->fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      w->err = k < 0 ? errno : EIO;
-      return false;
-    }
-    p += k;
-    n -= (size_t)k;
-    w->written += (size_t)k;
-  }
-  return true;
-}
-
 static relcl_status write_chunk(void *ud, const unsigned char *bytes, size_t n) {
-  writer *w = ud;
-  if (!write_all(w, bytes, n)) return RELCL_ERR_IO;
-  if (relcl__checkpoint_write_hook) relcl__checkpoint_write_hook(w->written);
+  relcl__file_out *out = ud;
+  if (!relcl__file_out_write(out, bytes, n)) return RELCL_ERR_IO;
+  if (relcl__checkpoint_write_hook) relcl__checkpoint_write_hook(relcl__file_out_written(out));
   return RELCL_OK;
 }
 
-/* Directory part of path ("." when none) into buf; returns the base name. */
-static const char *split_path(const char *path, char *dir, size_t size) {
-  const char *slash = strrchr(path, '/');
-  if (slash == NULL) {
-    snprintf(dir, size, ".");
-    return path;
-  }
-  size_t n = (size_t)(slash - path);
-  if (n == 0) n = 1; /* "/x" lives in "/" */
-  snprintf(dir, size, "%.*s", (int)n, path);
-  return slash + 1;
-}
-
-static bool fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return false;
-  bool ok = fsync(fd) == 0 || errno == EINVAL; /* some file systems cannot sync a dir */
-  close(fd);
-  return ok;
-}
-
 static bool utf8_valid(const unsigned char *s, size_t n, size_t *bad) {
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    size_t k = c < 0x80             ? 0
-               : (c & 0xe0) == 0xc0 ? 1
-               : (c & 0xf0) == 0xe0 ? 2
-               : (c & 0xf8) == 0xf0 ? 3
-                                    : 9; /* continuation bytes that follow c */
-    if (k == 9 || (k == 1 && c < 0xc2) || (k == 3 && c > 0xf4) || (k > 0 && i + k >= n)) {
-      *bad = i;
-      return false;
-    }
-    for (size_t j = 1; j <= k; j++)
-      if ((s[i + j] & 0xc0) != 0x80) {
-        *bad = i;
-        return false;
-      }
-    if ((k == 2 && c == 0xe0 && s[i + 1] < 0xa0) || (k == 2 && c == 0xed && s[i + 1] >= 0xa0) ||
-        (k == 3 && c == 0xf0 && s[i + 1] < 0x90) || (k == 3 && c == 0xf4 && s[i + 1] >= 0x90)) {
-      *bad = i; /* overlong, surrogate or past U+10FFFF */
-      return false;
-    }
-    i += k + 1;
-  }
-  return true;
+  *bad = relcl__utf8_bad(s, n);
+  return *bad == n;
 }
 
 static bool utf8_ok(const char *s) {
@@ -356,53 +286,22 @@ static char *header_json(const entry *t, size_t nt, const relcl_checkpoint_meta 
   return out;
 }
 
-/* Write header and data to a temporary file beside path and rename it over path. */
-static relcl_status write_atomic(const char *path, const char *header, size_t header_len,
-                                 const entry *t, size_t nt, unsigned char *scratch) {
-  char dir[4096], tmp[4096 + 300];
-  const char *base = split_path(path, dir, sizeof dir);
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.tmp-XXXXXX", dir, base) >= sizeof tmp)
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: path too long", path);
-  writer w = {mkstemp(tmp), 0, 0};
-  if (w.fd < 0)
-    return fail_path(RELCL_ERR_IO, path, "cannot create a temporary file in %s: %s", dir,
-                     strerror(errno));
-  const char *what = "write";
+typedef struct file_parts {
+  const char *header;
+  size_t header_len;
+  const entry *t;
+  size_t nt;
+  unsigned char *scratch;
+} file_parts;
+
+/* The file: length field, header, tensor data. */
+static relcl_status write_parts(relcl__file_out *out, void *arg) {
+  const file_parts *f = arg;
   unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
-  bool ok = true;
-  if (fchmod(w.fd, 0644) != 0) { /* mkstemp made it 0600 */
-    what = "chmod";
-    w.err = errno;
-    ok = false;
-  }
-  ok = ok && write_all(&w, len8, 8) && write_all(&w, header, header_len) &&
-       each_chunk(t, nt, scratch, write_chunk, &w) == RELCL_OK;
-  if (ok && fsync(w.fd) != 0) {
-    what = "fsync";
-    w.err = errno;
-    ok = false;
-  }
-  if (close(w.fd) != 0 && ok) {
-    what = "close";
-    w.err = errno;
-    ok = false;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    what = "rename";
-    w.err = errno;
-    ok = false;
-  }
-  if (!ok) {
-    unlink(tmp);
-    return fail_path(RELCL_ERR_IO, path, "%s of the temporary file failed: %s", what,
-                     strerror(w.err));
-  }
-  /* The new file is in place; without this its directory entry may not survive a crash. */
-  if (!fsync_dir(dir))
-    return fail_path(RELCL_ERR_IO, path, "saved, but fsync of directory %s failed: %s", dir,
-                     strerror(errno));
-  return RELCL_OK;
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)f->header_len >> (8 * i));
+  if (relcl__file_out_write(out, len8, 8) && relcl__file_out_write(out, f->header, f->header_len))
+    each_chunk(f->t, f->nt, f->scratch, write_chunk, out);
+  return RELCL_OK; /* a failed write is reported by relcl__write_atomic */
 }
 
 relcl_status relcl_checkpoint_save(const char *path, const relcl_checkpoint_tensor *tensors,
@@ -467,7 +366,8 @@ relcl_status relcl_checkpoint_save(const char *path, const relcl_checkpoint_tens
     relcl__fail(st, "%s: out of memory building the header", path);
     goto done;
   }
-  st = write_atomic(path, header, header_len, t, n_tensors, scratch);
+  file_parts parts = {header, header_len, t, n_tensors, scratch};
+  st = relcl__write_atomic(path, write_parts, &parts);
 done:
   free(header);
   free(scratch);

@@ -109,42 +109,6 @@ struct relcl_text {
   size_t *len;   /* (n) */
 };
 
-/* Index of the first byte that is not part of valid UTF-8, or n. */
-static size_t utf8_bad(const unsigned char *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t k;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-      k = 1;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      k = 2;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      k = 3;
-      cp = c & 0x07;
-    } else {
-      return i; /* continuation byte, C0/C1 (overlong) or F5..FF */
-    }
-    if (n - i <= k) return i;
-    for (size_t j = 1; j <= k; j++) {
-      unsigned b = s[i + j];
-      if ((b & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    if (k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return i;
-    if (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) return i;
-    i += k + 1;
-  }
-  return n;
-}
-
 relcl_status relcl_text_read(relcl_text **out, const char *path) {
   if (out == NULL || path == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "text_read: out and path must not be NULL");
@@ -201,7 +165,7 @@ relcl_status relcl_text_read(relcl_text **out, const char *path) {
       p[end - 1] = '\0';
       len--;
     }
-    size_t bad = utf8_bad(p + pos, len);
+    size_t bad = relcl__utf8_bad(p + pos, len);
     if (bad < len) {
       st = relcl__fail(RELCL_ERR_FORMAT, "%s:%zu: invalid UTF-8 (byte 0x%02X at column %zu)", path,
                        l + 1, p[pos + bad], bad + 1);

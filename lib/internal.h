@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* ---- errors (error.c) ---- */
 
@@ -114,6 +115,26 @@ relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t 
 
 /* Check that buf holds at least n elements of 4 bytes past its offset. */
 relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what);
+
+/* ---- host utilities (util.c) ---- */
+
+#define RELCL__FNV_BASIS 0xcbf29ce484222325ULL
+/* FNV-1a 64 of n bytes, continuing from h (start with RELCL__FNV_BASIS). */
+uint64_t relcl__fnv1a64(uint64_t h, const void *data, size_t n);
+/* Index of the first byte of s[0..n) that is not part of valid UTF-8 (overlong forms,
+ * surrogates and code points past U+10FFFF are invalid), or n. */
+size_t relcl__utf8_bad(const unsigned char *s, size_t n);
+
+/* Atomic file writing: fn writes the content through relcl__file_out_write into a temporary
+ * file beside path (".NAME.tmp-XXXXXX"), which is then fsynced and renamed over path, and
+ * the directory fsynced. On any failure the temporary file is removed, path is untouched,
+ * and the error names path. fn returns RELCL_OK, or a status after relcl__fail. */
+typedef struct relcl__file_out relcl__file_out;
+typedef relcl_status (*relcl__file_writer)(relcl__file_out *out, void *arg);
+relcl_status relcl__write_atomic(const char *path, relcl__file_writer fn, void *arg);
+/* false after the first failed write (the error is reported by relcl__write_atomic). */
+bool relcl__file_out_write(relcl__file_out *out, const void *data, size_t n);
+size_t relcl__file_out_written(const relcl__file_out *out);
 
 /* ---- GEMM (gemm.c: the only file that calls CLBlast) ---- */
 

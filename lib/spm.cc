@@ -14,9 +14,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 extern "C" {
 #include "internal.h"
@@ -36,12 +33,7 @@ namespace {
 constexpr unsigned kTrainSeed = 20180306;
 
 uint64_t fnv1a64(const std::string &s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return relcl__fnv1a64(RELCL__FNV_BASIS, s.data(), s.size());
 }
 
 // SentencePiece's status as one line, without the trailing blank it sometimes has.
@@ -93,38 +85,15 @@ private:
   std::string value_;
 };
 
+relcl_status write_string(relcl__file_out *out, void *arg) {
+  const std::string *data = static_cast<const std::string *>(arg);
+  relcl__file_out_write(out, data->data(), data->size());
+  return RELCL_OK; // a failed write is reported by relcl__write_atomic
+}
+
 // Write path atomically: a temporary file beside it, fsync, rename, fsync of the directory.
-relcl_status write_atomic(const std::string &path, const std::string &data) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  std::vector<char> name(tmp.begin(), tmp.end());
-  name.push_back('\0');
-  int fd = mkstemp(name.data());
-  if (fd < 0)
-    return relcl__fail(RELCL_ERR_IO, "%s: cannot create: %s", tmp.c_str(), strerror(errno));
-  fchmod(fd, 0644); // mkstemp's 0600 would hide the model from other users
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t w = write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    done += (size_t)w;
-  }
-  int err = done == data.size() ? 0 : errno;
-  if (err == 0 && fsync(fd) != 0) err = errno;
-  if (close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && rename(name.data(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    unlink(name.data());
-    return relcl__fail(RELCL_ERR_IO, "%s: cannot write: %s", path.c_str(), strerror(err));
-  }
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash ? slash : 1);
-  int dfd = open(dir.c_str(), O_RDONLY);
-  if (dfd >= 0) {
-    fsync(dfd); // best effort: the file itself is complete either way
-    close(dfd);
-  }
-  return RELCL_OK;
+relcl_status write_atomic(const std::string &path, std::string &data) {
+  return relcl__write_atomic(path.c_str(), write_string, &data);
 }
 
 relcl_status load(relcl_spm **out, const char *name, std::string &&bytes) {
