@@ -1,0 +1,145 @@
+/* relcl_model: an encoder-decoder Transformer (Vaswani et al. 2017) with relative position
+ * representations (Shaw et al. 2018), trained and run entirely on one OpenCL device.
+ *
+ * Parameters, gradients and the two Adam moments each live in ONE device buffer (an arena)
+ * carved by a table of named tensors, so zeroing the gradients is one fill and a checkpoint
+ * is one transfer per arena. Tensor names are stable and readable
+ * ("enc.3.self_attn.wq.weight", "dec.0.cross_attn.wo.bias", "emb.weight", ...); the
+ * checkpoint files use them.
+ *
+ * Conventions as in relcl.h: every fallible call returns relcl_status, details in
+ * relcl_last_error(); relcl_model_destroy(NULL) is a no-op; the model does not own the
+ * context, which must outlive it.
+ */
+#ifndef RELCL_MODEL_H
+#define RELCL_MODEL_H
+
+#include "relcl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum relcl_positions {
+  RELCL_POS_ABSOLUTE = 1, /* sinusoidal encodings added to the embeddings */
+  RELCL_POS_RELATIVE = 2, /* Shaw relative representations in every self-attention */
+  RELCL_POS_BOTH = 3,
+} relcl_positions;
+
+typedef struct relcl_model_config {
+  int vocab;            /* shared source/target vocabulary; ids 0..3 = pad, unk, bos, eos */
+  int enc_layers, dec_layers;
+  int d_model, heads, d_ff;
+  float dropout;        /* residual, embedding and attention-weight dropout */
+  float label_smoothing;
+  relcl_positions positions;
+  int max_rel;          /* clipping distance k of the relative positions */
+  int rel_per_head;     /* 1: one table per head; 0: shared by the heads of a layer */
+  int rel_keys_only;    /* 1: no a^V term (Shaw et al. Table 3) */
+  int pre_norm;         /* 1: pre-layer-norm blocks (plus a final norm); 0: post-norm */
+  int max_length;       /* longest sequence the model is built for (positions, masks) */
+} relcl_model_config;
+
+/* Presets: "tiny", "base", "big" (Vaswani et al. / Shaw et al. sizes). NULL if unknown.
+ * vocab is left 0: it comes from the SentencePiece model. */
+const relcl_model_config *relcl_model_preset(const char *name);
+
+/* One-line human summary ("6+6 layers, d_model 512, 8 heads, d_ff 2048, relative k=16"). */
+void relcl_model_config_describe(const relcl_model_config *cfg, char *buf, size_t size);
+
+typedef struct relcl_model relcl_model;
+
+/* Build the model and initialize its parameters from seed (Xavier-uniform matrices,
+ * N(0, d_model^-0.5) embeddings, zero biases, unit layer-norm gains). Checks the config
+ * (d_model divisible by heads, sizes > 0, ...) and returns RELCL_ERR_INVALID_ARG naming
+ * the field. */
+relcl_status relcl_model_create(relcl_context *ctx, const relcl_model_config *cfg,
+                                uint64_t seed, relcl_model **out);
+void relcl_model_destroy(relcl_model *model);
+const relcl_model_config *relcl_model_get_config(const relcl_model *model);
+
+/* ---- the parameter table ---- */
+
+typedef enum relcl_arena {
+  RELCL_ARENA_PARAMS = 0,
+  RELCL_ARENA_GRADS = 1,
+  RELCL_ARENA_ADAM_M = 2,
+  RELCL_ARENA_ADAM_V = 3,
+} relcl_arena;
+
+typedef struct relcl_tensor_info {
+  const char *name;
+  int ndim;
+  size_t shape[4];
+  size_t offset; /* in floats, within every arena */
+  size_t size;   /* elements */
+} relcl_tensor_info;
+
+size_t relcl_model_tensor_count(const relcl_model *model);
+relcl_tensor_info relcl_model_tensor(const relcl_model *model, size_t i);
+size_t relcl_model_param_count(const relcl_model *model); /* floats in one arena */
+cl_mem relcl_model_arena(const relcl_model *model, relcl_arena which);
+/* Blocking copies of a whole arena (param_count floats). */
+relcl_status relcl_model_arena_read(relcl_model *model, relcl_arena which, float *dst);
+relcl_status relcl_model_arena_write(relcl_model *model, relcl_arena which, const float *src);
+
+/* ---- training ---- */
+
+/* A batch as the host has it (see relcl_data.h's relcl_batch): ids padded with 0. */
+typedef struct relcl_model_batch {
+  int batch, src_len, tgt_len;
+  const int32_t *src;      /* (batch, src_len) */
+  const int32_t *tgt_in;   /* (batch, tgt_len) BOS y */
+  const int32_t *tgt_out;  /* (batch, tgt_len) y EOS */
+  const int32_t *src_lens; /* (batch) */
+  const int32_t *tgt_lens; /* (batch) */
+} relcl_model_batch;
+
+typedef struct relcl_model_stats {
+  double loss_sum;  /* label-smoothed cross-entropy summed over target tokens */
+  double nll_sum;   /* plain negative log-likelihood summed over target tokens */
+  size_t tokens;    /* target tokens (not padding) */
+} relcl_model_stats;
+
+/* Set every gradient to zero (one fill of the gradient arena). */
+relcl_status relcl_model_zero_grad(relcl_model *model);
+
+/* Forward and backward of one (micro-)batch with dropout; adds the gradient of the SUMMED
+ * loss to the gradient arena, and the batch's sums to *stats. Dropout masks come from
+ * Philox with (seed, stream = f(step, micro, layer, site)), so a step is reproducible.
+ * micro numbers the micro-batches of one update (gradient accumulation). */
+relcl_status relcl_model_train_batch(relcl_model *model, const relcl_model_batch *batch,
+                                     uint64_t seed, uint64_t step, int micro,
+                                     relcl_model_stats *stats);
+
+/* Loss without dropout and without gradients (validation). */
+relcl_status relcl_model_eval_batch(relcl_model *model, const relcl_model_batch *batch,
+                                    relcl_model_stats *stats);
+
+typedef struct relcl_adam_opts {
+  float lr;         /* this step's learning rate */
+  float beta1, beta2, eps;
+  float grad_scale; /* multiplies the gradients first (1 / target tokens of the update) */
+  float clip_norm;  /* clip the scaled gradient's L2 norm to this; <= 0: no clipping */
+} relcl_adam_opts;
+
+/* One Adam update with bias correction at step (from 1). *grad_norm receives the scaled
+ * gradient's L2 norm before clipping (may be NULL). Deterministic: fixed-order reductions. */
+relcl_status relcl_model_adam_step(relcl_model *model, const relcl_adam_opts *opts,
+                                   uint64_t step, float *grad_norm);
+
+/* lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step from 1. */
+float relcl_lr_schedule(int d_model, uint64_t step, uint64_t warmup, float scale);
+
+/* ---- inference ---- */
+
+/* Greedy decoding of a batch of sources (src as in relcl_model_batch; tgt fields unused):
+ * out (batch, max_out) receives ids without BOS, ending at EOS or max_out; out_lens the
+ * count of ids before EOS. */
+relcl_status relcl_model_greedy(relcl_model *model, const relcl_model_batch *src, int max_out,
+                                int32_t *out, int32_t *out_lens);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

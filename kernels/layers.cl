@@ -1,0 +1,219 @@
+/* Transformer layers other than attention (see include/relcl_layers.h for the math):
+ * layer norm, embedding lookup and its gradient, dropout, element-wise ops, head split and
+ * merge, and fixed-order column sums (bias and gain gradients).
+ *
+ * Shapes: row-major (rows, d); every buffer comes with an element offset (uint). Kernels with
+ * a reduction use one work-group per row (power-of-two size) and common.cl's fixed-order tree;
+ * the others guard their global ids, which the host rounds up to the work-group size.
+ * Contraction of a*b+c into fma is off so that the host reference can reproduce sums
+ * bit for bit (the embedding gradient test relies on it).
+ */
+#pragma OPENCL FP_CONTRACT OFF
+
+#define RELCL_ACCUMULATE 1 /* y += result instead of y = result */
+#define RELCL_RESIDUAL 2   /* dropout: add a residual */
+#define RELCL_DROP 4       /* dropout: p > 0 */
+#define RELCL_RELU 8       /* bias_add: then max(., 0) */
+
+/* ---- layer norm: one work-group per row ---- */
+
+__kernel void ln_fwd(__global const float *x, uint x_off, __global const float *gain,
+                     uint g_off, __global const float *bias, uint b_off, __global float *y,
+                     uint y_off, __global float *mean, uint m_off, __global float *rstd,
+                     uint r_off, int d, float eps, __local float *red) {
+  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  __global const float *xr = x + x_off + (size_t)row * d;
+  __global float *yr = y + y_off + (size_t)row * d;
+  float s = 0.0f;
+  for (int c = lid; c < d; c += wg) s += xr[c];
+  const float mu = relcl_wg_sum(red, s) / (float)d;
+  float v = 0.0f;
+  for (int c = lid; c < d; c += wg) {
+    const float t = xr[c] - mu;
+    v += t * t;
+  }
+  const float rs = 1.0f / sqrt(relcl_wg_sum(red, v) / (float)d + eps);
+  for (int c = lid; c < d; c += wg)
+    yr[c] = (xr[c] - mu) * rs * gain[g_off + c] + bias[b_off + c];
+  if (lid == 0) {
+    mean[m_off + row] = mu;
+    rstd[r_off + row] = rs;
+  }
+}
+
+__kernel void ln_bwd(__global const float *x, uint x_off, __global const float *gain,
+                     uint g_off, __global const float *mean, uint m_off,
+                     __global const float *rstd, uint r_off, __global const float *dy,
+                     uint dy_off, __global float *dx, uint dx_off, int d, int flags,
+                     __local float *red) {
+  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  __global const float *xr = x + x_off + (size_t)row * d;
+  __global const float *dyr = dy + dy_off + (size_t)row * d;
+  __global float *dxr = dx + dx_off + (size_t)row * d;
+  const float mu = mean[m_off + row], rs = rstd[r_off + row];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (int c = lid; c < d; c += wg) {
+    const float g = dyr[c] * gain[g_off + c];
+    s1 += g;
+    s2 += g * ((xr[c] - mu) * rs);
+  }
+  s1 = relcl_wg_sum(red, s1) / (float)d;
+  s2 = relcl_wg_sum(red, s2) / (float)d;
+  for (int c = lid; c < d; c += wg) {
+    const float g = dyr[c] * gain[g_off + c];
+    const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
+    dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
+  }
+}
+
+/* Partial sums of dy * xhat and dy over a chunk of rows: global (d, chunks). */
+__kernel void ln_param_partial(__global const float *x, uint x_off, __global const float *mean,
+                               uint m_off, __global const float *rstd, uint r_off,
+                               __global const float *dy, uint dy_off, __global float *part,
+                               int rows, int d, int chunk) {
+  const int c = get_global_id(0), ch = get_global_id(1), chunks = get_global_size(1);
+  if (c >= d) return;
+  const int r1 = min(rows, (ch + 1) * chunk);
+  float sg = 0.0f, sb = 0.0f;
+  for (int r = ch * chunk; r < r1; r++) {
+    const float g = dy[dy_off + (size_t)r * d + c];
+    sg += g * ((x[x_off + (size_t)r * d + c] - mean[m_off + r]) * rstd[r_off + r]);
+    sb += g;
+  }
+  part[(size_t)ch * d + c] = sg;
+  part[((size_t)chunks + ch) * d + c] = sb;
+}
+
+/* ---- column sums: chunks of rows, then the chunks, both in order ---- */
+
+/* part (chunks, cols): global (cols, chunks). */
+__kernel void colsum_partial(__global const float *x, uint x_off, int ld,
+                             __global float *part, int rows, int cols, int chunk) {
+  const int c = get_global_id(0), ch = get_global_id(1);
+  if (c >= cols) return;
+  const int r1 = min(rows, (ch + 1) * chunk);
+  float s = 0.0f;
+  for (int r = ch * chunk; r < r1; r++) s += x[x_off + (size_t)r * ld + c];
+  part[(size_t)ch * cols + c] = s;
+}
+
+/* y (cols) = or += sum over the chunks of part (chunks, cols) from p_off: global cols. */
+__kernel void colsum_finish(__global const float *part, uint p_off, __global float *y,
+                            uint y_off, int chunks, int cols, int flags) {
+  const int c = get_global_id(0);
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int ch = 0; ch < chunks; ch++) s += part[p_off + (size_t)ch * cols + c];
+  y[y_off + c] = (flags & RELCL_ACCUMULATE) ? y[y_off + c] + s : s;
+}
+
+/* ---- embedding: global (d, n) and (d, n_tokens) ---- */
+
+__kernel void embed_fwd(__global const int *ids, uint ids_off, __global const float *table,
+                        uint t_off, __global float *out, uint o_off, int n, int d, int vocab,
+                        float scale) {
+  const int c = get_global_id(0), t = get_global_id(1);
+  if (c >= d || t >= n) return;
+  const int id = ids[ids_off + t];
+  out[o_off + (size_t)t * d + c] =
+      (id >= 0 && id < vocab) ? table[t_off + (size_t)id * d + c] * scale : 0.0f;
+}
+
+__kernel void embed_bwd(__global const int *tokens, uint tok_off, __global const int *offsets,
+                        uint ofs_off, __global const int *positions, uint pos_off,
+                        __global const float *dout, uint do_off, __global float *dtable,
+                        uint dt_off, int n_tokens, int d, int vocab, float scale) {
+  const int c = get_global_id(0), u = get_global_id(1);
+  if (c >= d || u >= n_tokens) return;
+  const int tok = tokens[tok_off + u];
+  if (tok < 0 || tok >= vocab) return;
+  const int p0 = offsets[ofs_off + u], p1 = offsets[ofs_off + u + 1];
+  float s = 0.0f;
+  for (int p = p0; p < p1; p++) s += dout[do_off + (size_t)positions[pos_off + p] * d + c];
+  const size_t i = dt_off + (size_t)tok * d + c;
+  dtable[i] = dtable[i] + scale * s;
+}
+
+/* ---- element-wise: global n ---- */
+
+/* y = [y +] [residual +] mask * x * scale. One Philox call gives four words: work-item g
+ * handles elements 4g .. 4g+3, element i keeping iff word i mod 4 of the call with counter
+ * (g lo, g hi, stream lo, stream hi) is >= threshold. Global ceil(n / 4). */
+__kernel void dropout_apply(__global const float *x, uint x_off, __global const float *res,
+                            uint r_off, __global float *y, uint y_off, uint n, int flags,
+                            uint threshold, float scale, uint seed_lo, uint seed_hi,
+                            uint stream_lo, uint stream_hi) {
+  const uint g = get_global_id(0);
+  if (g >= (n + 3) / 4) return;
+  uint4 r = (uint4)(0xffffffffu);
+  if (flags & RELCL_DROP)
+    r = relcl_philox4x32_10((uint4)(g, 0u, stream_lo, stream_hi), seed_lo, seed_hi);
+  const uint words[4] = {r.x, r.y, r.z, r.w};
+  for (uint j = 0; j < 4; j++) {
+    const uint i = 4 * g + j;
+    if (i >= n) break;
+    float v = x[x_off + i];
+    if (flags & RELCL_DROP) v = words[j] >= threshold ? v * scale : 0.0f;
+    if (flags & RELCL_RESIDUAL) v = res[r_off + i] + v;
+    if (flags & RELCL_ACCUMULATE) v = y[y_off + i] + v;
+    y[y_off + i] = v;
+  }
+}
+
+/* y = alpha x + beta y (beta = 0: y not read) */
+__kernel void axpby(__global const float *x, uint x_off, __global float *y, uint y_off, uint n,
+                    float alpha, float beta) {
+  const uint i = get_global_id(0);
+  if (i >= n) return;
+  const float v = alpha * x[x_off + i];
+  y[y_off + i] = beta == 0.0f ? v : v + beta * y[y_off + i];
+}
+
+__kernel void add2(__global const float *a, uint a_off, __global const float *b, uint b_off,
+                   __global float *y, uint y_off, uint n) {
+  const uint i = get_global_id(0);
+  if (i < n) y[y_off + i] = a[a_off + i] + b[b_off + i];
+}
+
+__kernel void relu_fwd(__global const float *x, uint x_off, __global float *y, uint y_off,
+                       uint n) {
+  const uint i = get_global_id(0);
+  if (i < n) y[y_off + i] = fmax(x[x_off + i], 0.0f);
+}
+
+__kernel void relu_bwd(__global const float *y, uint y_off, __global const float *dy,
+                       uint dy_off, __global float *dx, uint dx_off, uint n) {
+  const uint i = get_global_id(0);
+  if (i < n) dx[dx_off + i] = y[y_off + i] > 0.0f ? dy[dy_off + i] : 0.0f;
+}
+
+/* y (rows, cols) row stride ld: y += b, then ReLU with RELCL_RELU. Global (cols, rows). */
+__kernel void bias_add(__global float *y, uint y_off, int ld, __global const float *b,
+                       uint b_off, int rows, int cols, int flags) {
+  const int c = get_global_id(0), r = get_global_id(1);
+  if (c >= cols || r >= rows) return;
+  const size_t i = y_off + (size_t)r * ld + c;
+  float v = y[i] + b[b_off + c];
+  if (flags & RELCL_RELU) v = fmax(v, 0.0f);
+  y[i] = v;
+}
+
+/* ---- heads: global (head_dim, n, batch * heads) ---- */
+
+__kernel void heads_split(__global const float *x, uint x_off, int ld, __global float *y,
+                          uint y_off, int n, int heads, int head_dim) {
+  const int e = get_global_id(0), t = get_global_id(1), bh = get_global_id(2);
+  if (e >= head_dim || t >= n) return;
+  const int b = bh / heads, h = bh - b * heads;
+  y[y_off + ((size_t)bh * n + t) * head_dim + e] =
+      x[x_off + ((size_t)b * n + t) * ld + h * head_dim + e];
+}
+
+__kernel void heads_merge(__global const float *x, uint x_off, __global float *y, uint y_off,
+                          int ld, int n, int heads, int head_dim) {
+  const int e = get_global_id(0), t = get_global_id(1), bh = get_global_id(2);
+  if (e >= head_dim || t >= n) return;
+  const int b = bh / heads, h = bh - b * heads;
+  y[y_off + ((size_t)b * n + t) * ld + h * head_dim + e] =
+      x[x_off + ((size_t)bh * n + t) * head_dim + e];
+}

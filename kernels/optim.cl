@@ -1,0 +1,41 @@
+/* The optimizer: a fixed-order sum of squares (global-norm clipping) and the Adam update with
+ * bias correction (see include/relcl_layers.h). No atomics: the sum of squares is blocks of
+ * contiguous elements, one work-group tree each, then one tree over the blocks.
+ */
+
+#define RELCL_SQUARE 1 /* sum_block: square the inputs */
+#define RELCL_CLIP 1   /* adam: clip by the global norm in sumsq[0] */
+
+/* part[g] = sum (x_i or x_i^2) over block g = [g * block, (g + 1) * block) cut at n. */
+__kernel void sum_block(__global const float *x, uint x_off, __global float *part, uint p_off,
+                        uint n, uint block, int flags, __local float *red) {
+  const uint g = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const uint i0 = g * block, i1 = min(n, i0 + block);
+  float s = 0.0f;
+  for (uint i = i0 + lid; i < i1; i += wg) {
+    const float v = x[x_off + i];
+    s += (flags & RELCL_SQUARE) ? v * v : v;
+  }
+  s = relcl_wg_sum(red, s);
+  if (lid == 0) part[p_off + g] = s;
+}
+
+__kernel void adam_update(__global float *param, uint p_off, __global const float *grad,
+                          uint g_off, __global float *m, uint m_off, __global float *v,
+                          uint v_off, __global const float *sumsq, uint s_off, uint n,
+                          float lr_bc1, float inv_sqrt_bc2, float beta1, float beta2, float eps,
+                          float grad_scale, float clip_norm, int flags) {
+  const uint i = get_global_id(0);
+  if (i >= n) return;
+  float c = grad_scale;
+  if (flags & RELCL_CLIP) {
+    const float norm = grad_scale * sqrt(sumsq[s_off]);
+    if (norm > clip_norm) c *= clip_norm / (norm + 1e-6f);
+  }
+  const float g = c * grad[g_off + i];
+  const float mi = beta1 * m[m_off + i] + (1.0f - beta1) * g;
+  const float vi = beta2 * v[v_off + i] + (1.0f - beta2) * g * g;
+  m[m_off + i] = mi;
+  v[v_off + i] = vi;
+  param[p_off + i] -= lr_bc1 * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);
+}

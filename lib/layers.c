@@ -1,0 +1,695 @@
+/* The layer ops of relcl_layers.h: argument checks, then kernels from kernels/layers.cl,
+ * loss.cl and optim.cl, and GEMMs through relcl__gemm. Every reduction has a fixed order
+ * (work-group trees over a power-of-two group, or chunks of rows summed in sequence), so
+ * results do not depend on scheduling. */
+#include "relcl_layers.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Flags shared with the kernels. */
+enum {
+  ACCUMULATE = 1, /* layers.cl */
+  RESIDUAL = 2,
+  DROP = 4,
+  RELU = 8,
+  WRITE_GRAD = 1, /* loss.cl */
+  SQUARE = 1,     /* optim.cl */
+  CLIP = 1,
+};
+
+enum { COLSUM_CHUNK = 64, SUMSQ_BLOCKS = 256 };
+
+#define U32_LIMIT ((size_t)1 << 32)
+
+/* ---- helpers ---- */
+
+/* buf holds n elements past its offset, and offset + n fits the kernels' 32-bit indices. */
+static relcl_status chk(relcl_buf b, size_t n, const char *op, const char *what) {
+  char name[96];
+  snprintf(name, sizeof name, "%s: %s", op, what);
+  relcl_status st = relcl__check_buf(b, n, name);
+  if (st == RELCL_OK && b.offset + n >= U32_LIMIT)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: over 2^32 elements", name);
+  return st;
+}
+
+static relcl_status positive(const char *op, const char *what, long long v) {
+  return v > 0 ? RELCL_OK
+               : relcl__fail(RELCL_ERR_INVALID_ARG, "%s: %s=%lld must be > 0", op, what, v);
+}
+
+static relcl_status no_ctx(const char *op) {
+  return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: ctx is NULL", op);
+}
+
+static void buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) {
+  cl_mem m = b.mem ? b.mem : fallback; /* unused arguments still need a valid buffer */
+  cl_uint off = (cl_uint)b.offset;
+  RELCL__ARG(a, m);
+  RELCL__ARG(a, off);
+}
+
+static relcl_status launch_1d(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                              size_t n) {
+  size_t wg = relcl__pow2_wg(n, k->max_wg < 128 ? k->max_wg : 128);
+  size_t global = (n + wg - 1) / wg * wg;
+  return relcl__launch(ctx, k, a, 1, &global, &wg);
+}
+
+/* Global (n0, n1[, n2]) with groups (w, 1[, 1]); the kernels guard the rounded-up n0. */
+static relcl_status launch_nd(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                              cl_uint dims, size_t n0, size_t n1, size_t n2) {
+  size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
+  size_t global[3] = {(n0 + w - 1) / w * w, n1, n2}, local[3] = {w, 1, 1};
+  return relcl__launch(ctx, k, a, dims, global, local);
+}
+
+/* One power-of-two work-group per row, `width` entries per row; adds the local buffer
+ * argument(s) of `locals` floats-or-ints per work-item. */
+static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                                size_t rows, size_t width, int locals) {
+  size_t limit = k->max_wg < 256 ? k->max_wg : 256;
+  size_t wg = relcl__pow2_wg(width, limit);
+  for (int i = 0; i < locals; i++) RELCL__ARG_LOCAL(a, wg * 4);
+  size_t global = rows * wg;
+  return relcl__launch(ctx, k, a, 1, &global, &wg);
+}
+
+static void drop_params(float p, uint64_t seed, uint64_t stream, cl_uint v[6], float *scale) {
+  double thr = (double)p * 4294967296.0;
+  v[0] = thr >= 4294967295.0 ? 0xffffffffu : (cl_uint)thr;
+  v[1] = (cl_uint)seed;
+  v[2] = (cl_uint)(seed >> 32);
+  v[3] = (cl_uint)stream;
+  v[4] = (cl_uint)(stream >> 32);
+  *scale = (float)(1.0 / (1.0 - (double)p));
+}
+
+/* Sums of chunks of COLSUM_CHUNK rows of part-producing kernels, then the chunks in order. */
+static relcl_status colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off, int chunks,
+                                  int cols, relcl_buf y, int accumulate) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "layers", "colsum_finish", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  int flags = accumulate ? ACCUMULATE : 0;
+  buf_arg(&a, relcl_buf_at(part, p_off), part);
+  buf_arg(&a, y, part);
+  RELCL__ARG(&a, chunks);
+  RELCL__ARG(&a, cols);
+  RELCL__ARG(&a, flags);
+  return launch_1d(ctx, k, &a, (size_t)cols);
+}
+
+static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK; }
+
+/* ---- layer norm ---- */
+
+relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
+                                     relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                     relcl_buf mean, relcl_buf rstd) {
+  static const char op[] = "layernorm forward";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "d", d);
+  if (st == RELCL_OK && !(eps >= 0.0f))
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: eps=%g must be >= 0", op, (double)eps);
+  size_t n = (size_t)rows * (size_t)d;
+  if (st == RELCL_OK) st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(gain, (size_t)d, op, "gain");
+  if (st == RELCL_OK) st = chk(bias, (size_t)d, op, "bias");
+  if (st == RELCL_OK) st = chk(y, n, op, "y");
+  if (st == RELCL_OK) st = chk(mean, (size_t)rows, op, "mean");
+  if (st == RELCL_OK) st = chk(rstd, (size_t)rows, op, "rstd");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, x, NULL);
+  buf_arg(&a, gain, NULL);
+  buf_arg(&a, bias, NULL);
+  buf_arg(&a, y, NULL);
+  buf_arg(&a, mean, NULL);
+  buf_arg(&a, rstd, NULL);
+  RELCL__ARG(&a, d);
+  RELCL__ARG(&a, eps);
+  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
+}
+
+relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
+                                      relcl_buf gain, relcl_buf mean, relcl_buf rstd,
+                                      relcl_buf dy, relcl_buf dx, int accumulate,
+                                      relcl_buf dgain, relcl_buf dbias) {
+  static const char op[] = "layernorm backward";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "d", d);
+  size_t n = (size_t)rows * (size_t)d;
+  if (st == RELCL_OK) st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(gain, (size_t)d, op, "gain");
+  if (st == RELCL_OK) st = chk(mean, (size_t)rows, op, "mean");
+  if (st == RELCL_OK) st = chk(rstd, (size_t)rows, op, "rstd");
+  if (st == RELCL_OK) st = chk(dy, n, op, "dy");
+  if (st == RELCL_OK) st = chk(dx, n, op, "dx");
+  if (st == RELCL_OK && dgain.mem) st = chk(dgain, (size_t)d, op, "dgain");
+  if (st == RELCL_OK && dbias.mem) st = chk(dbias, (size_t)d, op, "dbias");
+  if (st != RELCL_OK) return st;
+
+  cl_mem part = NULL;
+  relcl__kernel_entry *k;
+  if ((dgain.mem || dbias.mem)) { /* parameter sums first: dx may overwrite dy */
+    const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
+    if ((st = relcl__kernel(ctx, "layers", "ln_param_partial", &k)) != RELCL_OK) goto done;
+    if ((st = relcl__pool_get(ctx, 2 * (size_t)chunks * (size_t)d * 4, &part)) != RELCL_OK)
+      goto done;
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
+    buf_arg(&a, x, NULL);
+    buf_arg(&a, mean, NULL);
+    buf_arg(&a, rstd, NULL);
+    buf_arg(&a, dy, NULL);
+    RELCL__ARG(&a, part);
+    RELCL__ARG(&a, rows);
+    RELCL__ARG(&a, d);
+    RELCL__ARG(&a, chunk);
+    if ((st = launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)chunks, 1)) != RELCL_OK) goto done;
+    if (dgain.mem && (st = colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
+      goto done;
+    if (dbias.mem &&
+        (st = colsum_finish(ctx, part, (size_t)chunks * (size_t)d, chunks, d, dbias, 1)) !=
+            RELCL_OK)
+      goto done;
+  }
+  if ((st = relcl__kernel(ctx, "layers", "ln_bwd", &k)) != RELCL_OK) goto done;
+  {
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
+    int flags = accumulate ? ACCUMULATE : 0;
+    buf_arg(&a, x, NULL);
+    buf_arg(&a, gain, NULL);
+    buf_arg(&a, mean, NULL);
+    buf_arg(&a, rstd, NULL);
+    buf_arg(&a, dy, NULL);
+    buf_arg(&a, dx, NULL);
+    RELCL__ARG(&a, d);
+    RELCL__ARG(&a, flags);
+    st = launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
+  }
+done:
+  relcl__pool_put(ctx, part);
+  return st;
+}
+
+/* ---- embedding ---- */
+
+relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab,
+                                     relcl_buf ids, relcl_buf table, float scale,
+                                     relcl_buf out) {
+  static const char op[] = "embedding forward";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "n", n);
+  if (st == RELCL_OK) st = positive(op, "d", d);
+  if (st == RELCL_OK) st = positive(op, "vocab", vocab);
+  if (st == RELCL_OK) st = chk(ids, (size_t)n, op, "ids");
+  if (st == RELCL_OK) st = chk(table, (size_t)vocab * (size_t)d, op, "table");
+  if (st == RELCL_OK) st = chk(out, (size_t)n * (size_t)d, op, "out");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "embed_fwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, ids, NULL);
+  buf_arg(&a, table, NULL);
+  buf_arg(&a, out, NULL);
+  RELCL__ARG(&a, n);
+  RELCL__ARG(&a, d);
+  RELCL__ARG(&a, vocab);
+  RELCL__ARG(&a, scale);
+  return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n, 1);
+}
+
+relcl_status relcl_embedding_index(const int32_t *ids, int n, int vocab, int32_t *tokens,
+                                   int32_t *offsets, int32_t *positions, int *n_tokens) {
+  static const char op[] = "embedding index";
+  if (ids == NULL || tokens == NULL || offsets == NULL || positions == NULL ||
+      n_tokens == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: NULL argument", op);
+  if (n < 0 || vocab <= 0)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: n=%d must be >= 0 and vocab=%d > 0", op, n,
+                       vocab);
+  /* counting sort by id: stable, so each id's positions stay ascending */
+  int32_t *count = calloc((size_t)vocab + 1, sizeof *count);
+  if (count == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  for (int t = 0; t < n; t++)
+    if (ids[t] >= 0 && ids[t] < vocab) count[ids[t] + 1]++;
+  int u = 0;
+  offsets[0] = 0;
+  for (int v = 0; v < vocab; v++)
+    if (count[v + 1] > 0) {
+      tokens[u] = v;
+      offsets[u + 1] = offsets[u] + count[v + 1];
+      u++;
+    }
+  /* count[v] becomes the next free slot of id v */
+  for (int v = 0; v < vocab; v++) count[v + 1] += count[v];
+  for (int t = 0; t < n; t++)
+    if (ids[t] >= 0 && ids[t] < vocab) positions[count[ids[t]]++] = t;
+  *n_tokens = u;
+  free(count);
+  return RELCL_OK;
+}
+
+relcl_status relcl_embedding_backward(relcl_context *ctx, int n_tokens, int d, int vocab,
+                                      relcl_buf tokens, relcl_buf offsets,
+                                      relcl_buf positions, relcl_buf dout, float scale,
+                                      relcl_buf dtable) {
+  static const char op[] = "embedding backward";
+  if (ctx == NULL) return no_ctx(op);
+  if (n_tokens == 0) return RELCL_OK;
+  relcl_status st = positive(op, "n_tokens", n_tokens);
+  if (st == RELCL_OK) st = positive(op, "d", d);
+  if (st == RELCL_OK) st = positive(op, "vocab", vocab);
+  if (st == RELCL_OK) st = chk(tokens, (size_t)n_tokens, op, "tokens");
+  if (st == RELCL_OK) st = chk(offsets, (size_t)n_tokens + 1, op, "offsets");
+  /* positions and dout: their lengths are in the index; the caller vouches for them */
+  if (st == RELCL_OK) st = chk(positions, 1, op, "positions");
+  if (st == RELCL_OK) st = chk(dout, (size_t)d, op, "dout");
+  if (st == RELCL_OK) st = chk(dtable, (size_t)vocab * (size_t)d, op, "dtable");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "embed_bwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, tokens, NULL);
+  buf_arg(&a, offsets, NULL);
+  buf_arg(&a, positions, NULL);
+  buf_arg(&a, dout, NULL);
+  buf_arg(&a, dtable, NULL);
+  RELCL__ARG(&a, n_tokens);
+  RELCL__ARG(&a, d);
+  RELCL__ARG(&a, vocab);
+  RELCL__ARG(&a, scale);
+  return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n_tokens, 1);
+}
+
+/* ---- dropout ---- */
+
+static relcl_status dropout_common(relcl_context *ctx, const char *op, size_t n, float p,
+                                   uint64_t seed, uint64_t stream, relcl_buf x, relcl_buf res,
+                                   relcl_buf y, int flags) {
+  if (ctx == NULL) return no_ctx(op);
+  if (!(p >= 0.0f && p < 1.0f))
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: p=%g must be in [0, 1)", op, (double)p);
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(x, n, op, "x");
+  if (st == RELCL_OK && n >= ((size_t)1 << 32) - 4)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: n=%zu over 2^32 - 4", op, n);
+  if (st == RELCL_OK && res.mem) st = chk(res, n, op, "residual");
+  if (st == RELCL_OK) st = chk(y, n, op, "y");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "dropout_apply", &k);
+  if (st != RELCL_OK) return st;
+  cl_uint v[6];
+  float scale;
+  drop_params(p, seed, stream, v, &scale);
+  flags |= (p > 0.0f ? DROP : 0) | (res.mem ? RESIDUAL : 0);
+  cl_uint count = (cl_uint)n;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, x, NULL);
+  buf_arg(&a, res, x.mem);
+  buf_arg(&a, y, NULL);
+  RELCL__ARG(&a, count);
+  RELCL__ARG(&a, flags);
+  RELCL__ARG(&a, v[0]);
+  RELCL__ARG(&a, scale);
+  for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
+  return launch_1d(ctx, k, &a, (n + 3) / 4);
+}
+
+relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
+                                   uint64_t stream, relcl_buf x, relcl_buf residual,
+                                   relcl_buf y) {
+  return dropout_common(ctx, "dropout forward", n, p, seed, stream, x, residual, y, 0);
+}
+
+relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
+                                    uint64_t stream, relcl_buf dy, relcl_buf dx,
+                                    int accumulate) {
+  return dropout_common(ctx, "dropout backward", n, p, seed, stream, dy, RELCL_BUF_NONE, dx,
+                        accumulate ? ACCUMULATE : 0);
+}
+
+/* ---- linear ---- */
+
+relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                  relcl_buf W, relcl_buf b, relcl_buf y) {
+  static const char op[] = "linear forward";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "in", in);
+  if (st == RELCL_OK) st = positive(op, "out", out);
+  const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
+  if (st == RELCL_OK) st = chk(x, R * I, op, "x");
+  if (st == RELCL_OK) st = chk(W, O * I, op, "W");
+  if (st == RELCL_OK && b.mem) st = chk(b, O, op, "b");
+  if (st == RELCL_OK) st = chk(y, R * O, op, "y");
+  if (st != RELCL_OK) return st;
+  st = relcl__gemm(ctx, false, true, R, O, I, 1.0f, x, I, 0, W, I, 0, 0.0f, y, O, 0, 1);
+  if (st != RELCL_OK || b.mem == NULL) return st;
+  relcl__kernel_entry *k;
+  if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  int flags = 0;
+  buf_arg(&a, y, NULL);
+  RELCL__ARG(&a, out);
+  buf_arg(&a, b, NULL);
+  RELCL__ARG(&a, rows);
+  RELCL__ARG(&a, out);
+  RELCL__ARG(&a, flags);
+  return launch_nd(ctx, k, &a, 2, O, R, 1);
+}
+
+relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                   relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
+                                   relcl_buf dW, relcl_buf db) {
+  static const char op[] = "linear backward";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "in", in);
+  if (st == RELCL_OK) st = positive(op, "out", out);
+  const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
+  if (st == RELCL_OK && dW.mem) st = chk(x, R * I, op, "x");
+  if (st == RELCL_OK && dx.mem) st = chk(W, O * I, op, "W");
+  if (st == RELCL_OK) st = chk(dy, R * O, op, "dy");
+  if (st == RELCL_OK && dx.mem) st = chk(dx, R * I, op, "dx");
+  if (st == RELCL_OK && dW.mem) st = chk(dW, O * I, op, "dW");
+  if (st == RELCL_OK && db.mem) st = chk(db, O, op, "db");
+  if (st != RELCL_OK) return st;
+  if (dx.mem)
+    st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0,
+                     accumulate ? 1.0f : 0.0f, dx, I, 0, 1);
+  if (st == RELCL_OK && dW.mem)
+    st = relcl__gemm(ctx, true, false, O, I, R, 1.0f, dy, O, 0, x, I, 0, 1.0f, dW, I, 0, 1);
+  if (st == RELCL_OK && db.mem) st = relcl_colsum(ctx, rows, out, dy, out, db, 1);
+  return st;
+}
+
+/* ---- element-wise ---- */
+
+relcl_status relcl_relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y) {
+  static const char op[] = "relu forward";
+  if (ctx == NULL) return no_ctx(op);
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(y, n, op, "y");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "relu_fwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint count = (cl_uint)n;
+  buf_arg(&a, x, NULL);
+  buf_arg(&a, y, NULL);
+  RELCL__ARG(&a, count);
+  return launch_1d(ctx, k, &a, n);
+}
+
+relcl_status relcl_relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
+                                 relcl_buf dx) {
+  static const char op[] = "relu backward";
+  if (ctx == NULL) return no_ctx(op);
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(y, n, op, "y");
+  if (st == RELCL_OK) st = chk(dy, n, op, "dy");
+  if (st == RELCL_OK) st = chk(dx, n, op, "dx");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "relu_bwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint count = (cl_uint)n;
+  buf_arg(&a, y, NULL);
+  buf_arg(&a, dy, NULL);
+  buf_arg(&a, dx, NULL);
+  RELCL__ARG(&a, count);
+  return launch_1d(ctx, k, &a, n);
+}
+
+relcl_status relcl_residual_add(relcl_context *ctx, size_t n, relcl_buf a_, relcl_buf b,
+                                relcl_buf y) {
+  static const char op[] = "residual add";
+  if (ctx == NULL) return no_ctx(op);
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(a_, n, op, "a");
+  if (st == RELCL_OK) st = chk(b, n, op, "b");
+  if (st == RELCL_OK) st = chk(y, n, op, "y");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "add2", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint count = (cl_uint)n;
+  buf_arg(&a, a_, NULL);
+  buf_arg(&a, b, NULL);
+  buf_arg(&a, y, NULL);
+  RELCL__ARG(&a, count);
+  return launch_1d(ctx, k, &a, n);
+}
+
+relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
+                             relcl_buf y) {
+  static const char op[] = "axpby";
+  if (ctx == NULL) return no_ctx(op);
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(y, n, op, "y");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "axpby", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint count = (cl_uint)n;
+  buf_arg(&a, x, NULL);
+  buf_arg(&a, y, NULL);
+  RELCL__ARG(&a, count);
+  RELCL__ARG(&a, alpha);
+  RELCL__ARG(&a, beta);
+  return launch_1d(ctx, k, &a, n);
+}
+
+/* ---- heads ---- */
+
+static relcl_status heads_common(relcl_context *ctx, const char *op, const char *kname,
+                                 int batch, int n, int heads, int head_dim, relcl_buf x,
+                                 relcl_buf y, int ld, bool split) {
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "batch", batch);
+  if (st == RELCL_OK) st = positive(op, "n", n);
+  if (st == RELCL_OK) st = positive(op, "heads", heads);
+  if (st == RELCL_OK) st = positive(op, "head_dim", head_dim);
+  if (st == RELCL_OK && ld < heads * head_dim)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: ld=%d is less than heads*head_dim=%d", op, ld,
+                     heads * head_dim);
+  const size_t rows = (size_t)batch * (size_t)n, dense = rows * heads * (size_t)head_dim;
+  /* the strided side: the last row needs only heads*head_dim entries */
+  const size_t strided = (rows - 1) * (size_t)ld + (size_t)heads * head_dim;
+  if (st == RELCL_OK) st = chk(x, split ? strided : dense, op, "x");
+  if (st == RELCL_OK) st = chk(y, split ? dense : strided, op, "y");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", kname, &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, x, NULL);
+  if (split) RELCL__ARG(&a, ld);
+  buf_arg(&a, y, NULL);
+  if (!split) RELCL__ARG(&a, ld);
+  RELCL__ARG(&a, n);
+  RELCL__ARG(&a, heads);
+  RELCL__ARG(&a, head_dim);
+  return launch_nd(ctx, k, &a, 3, (size_t)head_dim, (size_t)n, (size_t)batch * heads);
+}
+
+relcl_status relcl_heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
+                               relcl_buf x, int ld, relcl_buf y) {
+  return heads_common(ctx, "heads split", "heads_split", batch, n, heads, head_dim, x, y, ld,
+                      true);
+}
+
+relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
+                               relcl_buf x, relcl_buf y, int ld) {
+  return heads_common(ctx, "heads merge", "heads_merge", batch, n, heads, head_dim, x, y, ld,
+                      false);
+}
+
+/* ---- reductions ---- */
+
+relcl_status relcl_colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                          relcl_buf y, int accumulate) {
+  static const char op[] = "colsum";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "cols", cols);
+  if (st == RELCL_OK && ld < cols)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: ld=%d is less than cols=%d", op, ld, cols);
+  if (st == RELCL_OK)
+    st = chk(x, (size_t)(rows - 1) * (size_t)ld + (size_t)cols, op, "x");
+  if (st == RELCL_OK) st = chk(y, (size_t)cols, op, "y");
+  if (st != RELCL_OK) return st;
+  const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
+  cl_mem part = NULL;
+  relcl__kernel_entry *k;
+  if ((st = relcl__kernel(ctx, "layers", "colsum_partial", &k)) != RELCL_OK) goto done;
+  if ((st = relcl__pool_get(ctx, (size_t)chunks * (size_t)cols * 4, &part)) != RELCL_OK)
+    goto done;
+  {
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
+    buf_arg(&a, x, NULL);
+    RELCL__ARG(&a, ld);
+    RELCL__ARG(&a, part);
+    RELCL__ARG(&a, rows);
+    RELCL__ARG(&a, cols);
+    RELCL__ARG(&a, chunk);
+    if ((st = launch_nd(ctx, k, &a, 2, (size_t)cols, (size_t)chunks, 1)) != RELCL_OK) goto done;
+  }
+  st = colsum_finish(ctx, part, 0, chunks, cols, y, accumulate);
+done:
+  relcl__pool_put(ctx, part);
+  return st;
+}
+
+static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, size_t n,
+                              size_t blocks, int flags) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "optim", "sum_block", &k);
+  if (st != RELCL_OK) return st;
+  cl_uint count = (cl_uint)n, block = (cl_uint)((n + blocks - 1) / blocks);
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, x, NULL);
+  buf_arg(&a, part, NULL);
+  RELCL__ARG(&a, count);
+  RELCL__ARG(&a, block);
+  RELCL__ARG(&a, flags);
+  return launch_rows(ctx, k, &a, blocks, block, 1);
+}
+
+relcl_status relcl_sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
+  static const char op[] = "sumsq";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "n", (long long)n);
+  if (st == RELCL_OK) st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(out, 1, op, "out");
+  if (st != RELCL_OK) return st;
+  cl_mem part = NULL;
+  if ((st = relcl__pool_get(ctx, SUMSQ_BLOCKS * 4, &part)) != RELCL_OK) return st;
+  st = sum_block(ctx, x, relcl_buf_at(part, 0), n, SUMSQ_BLOCKS, SQUARE);
+  if (st == RELCL_OK) st = sum_block(ctx, relcl_buf_at(part, 0), out, SUMSQ_BLOCKS, 1, 0);
+  relcl__pool_put(ctx, part);
+  return st;
+}
+
+/* ---- loss ---- */
+
+relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, float eps,
+                                         int ignore_id, relcl_buf logits, relcl_buf targets,
+                                         float grad_scale, relcl_buf dlogits,
+                                         relcl_buf losses) {
+  static const char op[] = "cross-entropy";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "V", V);
+  if (st == RELCL_OK && !(eps >= 0.0f && eps <= 1.0f))
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: eps=%g must be in [0, 1]", op, (double)eps);
+  const size_t n = (size_t)rows * (size_t)V;
+  if (st == RELCL_OK) st = chk(logits, n, op, "logits");
+  if (st == RELCL_OK) st = chk(targets, (size_t)rows, op, "targets");
+  if (st == RELCL_OK && dlogits.mem) st = chk(dlogits, n, op, "dlogits");
+  if (st == RELCL_OK) st = chk(losses, 2 * (size_t)rows, op, "losses");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "loss", "xent_rows", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  int flags = dlogits.mem ? WRITE_GRAD : 0;
+  buf_arg(&a, logits, NULL);
+  buf_arg(&a, targets, NULL);
+  buf_arg(&a, dlogits, logits.mem);
+  buf_arg(&a, losses, NULL);
+  RELCL__ARG(&a, V);
+  RELCL__ARG(&a, eps);
+  RELCL__ARG(&a, ignore_id);
+  RELCL__ARG(&a, grad_scale);
+  RELCL__ARG(&a, flags);
+  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)V, 1);
+}
+
+relcl_status relcl_argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                               relcl_buf out) {
+  static const char op[] = "argmax";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "cols", cols);
+  if (st == RELCL_OK && ld < cols)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: ld=%d is less than cols=%d", op, ld, cols);
+  if (st == RELCL_OK)
+    st = chk(x, (size_t)(rows - 1) * (size_t)ld + (size_t)cols, op, "x");
+  if (st == RELCL_OK) st = chk(out, (size_t)rows, op, "out");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "loss", "argmax_rows", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, x, NULL);
+  RELCL__ARG(&a, ld);
+  buf_arg(&a, out, NULL);
+  RELCL__ARG(&a, cols);
+  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)cols, 2);
+}
+
+/* ---- Adam ---- */
+
+relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
+                               relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
+                               relcl_buf sumsq) {
+  static const char op[] = "adam";
+  if (ctx == NULL) return no_ctx(op);
+  if (args == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: args is NULL", op);
+  if (args->step < 1)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: step must be >= 1", op);
+  if (!(args->beta1 >= 0.0f && args->beta1 < 1.0f && args->beta2 >= 0.0f &&
+        args->beta2 < 1.0f && args->eps >= 0.0f && isfinite(args->lr) &&
+        isfinite(args->grad_scale)))
+    return relcl__fail(RELCL_ERR_INVALID_ARG,
+                       "%s: need 0 <= beta1, beta2 < 1, eps >= 0 and finite lr and grad_scale "
+                       "(beta1=%g beta2=%g eps=%g lr=%g grad_scale=%g)",
+                       op, (double)args->beta1, (double)args->beta2, (double)args->eps,
+                       (double)args->lr, (double)args->grad_scale);
+  const int clip = args->clip_norm > 0.0f;
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(param, n, op, "param");
+  if (st == RELCL_OK) st = chk(grad, n, op, "grad");
+  if (st == RELCL_OK) st = chk(m, n, op, "m");
+  if (st == RELCL_OK) st = chk(v, n, op, "v");
+  if (st == RELCL_OK && clip) st = chk(sumsq, 1, op, "sumsq (needed for clipping)");
+  relcl__kernel_entry *k;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "optim", "adam_update", &k);
+  if (st != RELCL_OK) return st;
+  /* bias corrections in double: 1 - beta^t loses everything in float for small t */
+  double t = (double)args->step;
+  double bc1 = 1.0 - pow((double)args->beta1, t), bc2 = 1.0 - pow((double)args->beta2, t);
+  float lr_bc1 = (float)((double)args->lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+  float b1 = args->beta1, b2 = args->beta2, eps = args->eps, gs = args->grad_scale,
+        cn = args->clip_norm;
+  int flags = clip ? CLIP : 0;
+  cl_uint count = (cl_uint)n;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, param, NULL);
+  buf_arg(&a, grad, NULL);
+  buf_arg(&a, m, NULL);
+  buf_arg(&a, v, NULL);
+  buf_arg(&a, sumsq, grad.mem);
+  RELCL__ARG(&a, count);
+  RELCL__ARG(&a, lr_bc1);
+  RELCL__ARG(&a, inv_sqrt_bc2);
+  RELCL__ARG(&a, b1);
+  RELCL__ARG(&a, b2);
+  RELCL__ARG(&a, eps);
+  RELCL__ARG(&a, gs);
+  RELCL__ARG(&a, cn);
+  RELCL__ARG(&a, flags);
+  return launch_1d(ctx, k, &a, n);
+}

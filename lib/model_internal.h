@@ -1,0 +1,107 @@
+/* The model's private layout, shared by model.c (configuration, parameter table,
+ * initialization, optimizer, entry points) and model_graph.c (the forward and backward
+ * passes over the activation and work buffers). Not installed. */
+#ifndef RELCL_MODEL_INTERNAL_H
+#define RELCL_MODEL_INTERNAL_H
+
+#include "internal.h"
+#include "relcl_model.h"
+
+#define RELCL__NONE ((size_t)-1) /* an absent tensor or buffer region */
+
+/* Offsets (floats, the same in every arena) of one layer's parameters. */
+typedef struct relcl__ln_p {
+  size_t g, b;
+} relcl__ln_p;
+
+/* wq, wk, wv are adjacent (one (3D, D) matrix for self-attention, wk|wv one (2D, D) matrix
+ * for cross attention), and so are their biases. rel_k / rel_v are RELCL__NONE when absent. */
+typedef struct relcl__attn_p {
+  size_t wq, bq, wo, bo, rel_k, rel_v;
+} relcl__attn_p;
+
+typedef struct relcl__ffn_p {
+  size_t w1, b1, w2, b2;
+} relcl__ffn_p;
+
+typedef struct relcl__enc_p {
+  relcl__attn_p self;
+  relcl__ln_p n1;
+  relcl__ffn_p ffn;
+  relcl__ln_p n2;
+} relcl__enc_p;
+
+typedef struct relcl__dec_p {
+  relcl__attn_p self;
+  relcl__ln_p n1;
+  relcl__attn_p cross;
+  relcl__ln_p n2;
+  relcl__ffn_p ffn;
+  relcl__ln_p n3;
+} relcl__dec_p;
+
+/* Activations of one residual block, offsets into the activation buffer:
+ *   post-norm: s = x + dropout(F(x)) at ln_x, out = LN(s); sub_in = x
+ *   pre-norm:  u = LN(x) at sub_in, out = x + dropout(F(u)); ln_x = x
+ * F's own activations: attention Q|K|V in head layout (qkv_h), the weights (probs) and the
+ * merged output (zm); feed-forward hidden h. */
+typedef struct relcl__block_a {
+  size_t x_in, ln_x, sub_in, mean, rstd, out;
+  size_t qkv_h, probs, zm, h;
+} relcl__block_a;
+
+/* Work regions (floats, in the work buffer) and int regions (in the ids buffer). */
+typedef struct relcl__layout {
+  int B, S, T;          /* shape the layout holds (T may be a capacity: greedy) */
+  size_t act_floats, work_floats, ids_ints;
+  /* activations */
+  size_t enc_x0, enc_out, enc_mean, enc_rstd; /* enc_out: final norm (pre) or last block */
+  size_t dec_x0, dec_out, dec_mean, dec_rstd;
+  relcl__block_a *enc; /* 2 per encoder layer */
+  relcl__block_a *dec; /* 3 per decoder layer */
+  /* work */
+  size_t qkv, zh, a, dqkv_h, dzm, dh, g0, g1, d_enc, d_emb, logits, losses;
+  size_t logit_rows; /* rows of logits per chunk */
+  /* ids */
+  size_t src, tgt_in, tgt_out, src_lens, tgt_lens, csr_tok, csr_ofs, csr_pos, argmax;
+} relcl__layout;
+
+struct relcl_model {
+  relcl_context *ctx;
+  relcl_model_config cfg;
+  /* parameter table */
+  relcl_tensor_info *tensors;
+  size_t n_tensors, cap_tensors;
+  char *names; /* every name, NUL-separated; tensors[i].name points into it once built */
+  size_t *name_at; /* offset of tensor i's name in names, while the table grows */
+  size_t names_used, names_cap;
+  size_t param_count;
+  cl_mem arena[4];
+  size_t emb;
+  relcl__enc_p *enc;
+  relcl__dec_p *dec;
+  relcl__ln_p enc_norm, dec_norm; /* pre-norm only */
+  /* buffers that grow with the batch shape and are reused */
+  cl_mem act, work, ids, stats;
+  size_t act_cap, work_cap, ids_cap;
+  relcl__layout lay;
+  /* host staging of one batch's ints */
+  int32_t *h_ids;
+  size_t h_ids_cap;
+};
+
+/* model_graph.c */
+relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T);
+void relcl__model_layout_free(relcl__layout *lay);
+/* Forward (and with train, backward) of a batch whose ids are uploaded; dropout p > 0 only
+ * when train. Leaves (loss sum, nll sum) in stats[0..1]. */
+relcl_status relcl__model_run(relcl_model *m, const relcl_model_batch *batch, bool train,
+                              uint64_t seed, uint64_t step, int micro, int n_csr_tokens);
+relcl_status relcl__model_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
+                                 int32_t *out, int32_t *out_lens);
+/* Upload a batch's ids (and, for training, the embedding-gradient index); *n_tokens gets the
+ * index's distinct ids. */
+relcl_status relcl__model_upload(relcl_model *m, const relcl_model_batch *batch, bool with_tgt,
+                                 bool with_index, int *n_tokens);
+
+#endif

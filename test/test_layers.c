@@ -1,0 +1,658 @@
+/* Every op of relcl_layers.h against the plain-C reference (test/ref/ref_layers.c), over one
+ * table of cases with the edge shapes (one row, widths that are not multiples of 4 or that
+ * exceed a work-group, row counts around the 64-row chunks of the column sums), plus bitwise
+ * repeatability of every op and the argument errors.
+ *
+ * Tolerances, relative to max(largest reference entry, floor):
+ *  - exact (0): dropout, ReLU, residual add, head split/merge, argmax, and the embedding
+ *    forward: one float operation per element, or a copy, so any difference is a bug; and
+ *    the embedding gradient against the float reference that sums in relcl's documented order.
+ *  - 2e-5: sums of up to ~10^3 float products (layer norm, linear, column sums, sum of
+ *    squares, loss): float32 rounding grows like sqrt(n) * 6e-8 ~ 2e-6; exp/log add <= 4 ulp.
+ *  - 1e-4: layer norm's backward, whose (g - mean g - xhat mean(g xhat)) cancels, and the
+ *    embedding gradient against the double reference (positions summed in float).
+ *  - Adam: m and v 1e-5 (a few float operations); the parameter step relative to lr 1e-4
+ *    (rounding of the parameter itself, 6e-8 |p| / lr with |p| <= 1, lr = 1e-2, is 6e-6).
+ * A wrong index, mask, scale or order changes entries by O(1) relative: far above these.
+ */
+#include "ref/ref.h"
+#include "ref/ref_layers.h"
+#include "relcl_layers.h"
+#include "testutil.h"
+
+typedef enum {
+  OP_LAYERNORM,
+  OP_EMBEDDING,
+  OP_DROPOUT,
+  OP_LINEAR,
+  OP_ELEMENTWISE, /* relu, residual add, axpby */
+  OP_HEADS,
+  OP_COLSUM,
+  OP_SUMSQ,
+  OP_XENT,
+  OP_ARGMAX,
+  OP_ADAM,
+} op_kind;
+
+/* a, b, c: the op's sizes (see each check_*); f: eps, p, or lr; flag: the op's variant. */
+typedef struct layer_case {
+  op_kind op;
+  const char *name;
+  int a, b, c;
+  float f;
+  int flag;
+} layer_case;
+
+static const layer_case cases[] = {
+    /* layer norm: a rows, b d, flag 1 = accumulate dx */
+    {OP_LAYERNORM, "ln rows=1 d=8", 1, 8, 0, 1e-5f, 0},
+    {OP_LAYERNORM, "ln d=1", 3, 1, 0, 1e-5f, 0},
+    {OP_LAYERNORM, "ln d=5", 7, 5, 0, 1e-5f, 1},
+    {OP_LAYERNORM, "ln d=13 rows=65", 65, 13, 0, 1e-5f, 0},
+    {OP_LAYERNORM, "ln d=128 rows=130", 130, 128, 0, 1e-5f, 1},
+    {OP_LAYERNORM, "ln d=700 (> work-group)", 3, 700, 0, 1e-6f, 0},
+    /* embedding: a n, b d, c vocab; flag 1 = heavy repeats, 2 = out-of-range ids too */
+    {OP_EMBEDDING, "emb n=1", 1, 8, 11, 0, 0},
+    {OP_EMBEDDING, "emb d=5", 9, 5, 11, 0, 0},
+    {OP_EMBEDDING, "emb repeated tokens", 300, 16, 7, 0, 1},
+    {OP_EMBEDDING, "emb all one token", 257, 3, 5, 0, 3},
+    {OP_EMBEDDING, "emb out-of-range ids", 40, 8, 13, 0, 2},
+    /* dropout: a n, f p, flag 1 = residual, 2 = backward accumulates */
+    {OP_DROPOUT, "dropout p=0", 1000, 0, 0, 0.0f, 0},
+    {OP_DROPOUT, "dropout n=1", 1, 0, 0, 0.1f, 1},
+    {OP_DROPOUT, "dropout p=0.1 residual", 10007, 0, 0, 0.1f, 1},
+    {OP_DROPOUT, "dropout p=0.5 acc", 5003, 0, 0, 0.5f, 2},
+    {OP_DROPOUT, "dropout p=0.9", 20000, 0, 0, 0.9f, 3},
+    /* linear: a rows, b in, c out; flag 1 = bias, 2 = accumulate dx */
+    {OP_LINEAR, "linear rows=1", 1, 5, 7, 0, 1},
+    {OP_LINEAR, "linear no bias", 9, 8, 4, 0, 0},
+    {OP_LINEAR, "linear 130x33x17 acc", 130, 33, 17, 0, 3},
+    {OP_LINEAR, "linear 64x128x384", 64, 128, 384, 0, 1},
+    /* element-wise: a n */
+    {OP_ELEMENTWISE, "eltwise n=1", 1, 0, 0, 0, 0},
+    {OP_ELEMENTWISE, "eltwise n=1001", 1001, 0, 0, 0, 0},
+    /* heads: a batch, b n, c heads; f head_dim; flag = extra columns of ld */
+    {OP_HEADS, "heads 1x1x1 dh=1", 1, 1, 1, 1, 0},
+    {OP_HEADS, "heads 2x5x3 dh=4 ld+7", 2, 5, 3, 4, 7},
+    {OP_HEADS, "heads 3x9x8 dh=16", 3, 9, 8, 16, 0},
+    /* colsum: a rows, b cols, flag = extra ld | 64 for accumulate */
+    {OP_COLSUM, "colsum rows=1", 1, 5, 0, 0, 0},
+    {OP_COLSUM, "colsum rows=64", 64, 3, 0, 0, 2},
+    {OP_COLSUM, "colsum rows=65 acc", 65, 130, 0, 0, 64},
+    {OP_COLSUM, "colsum rows=200 ld+3", 200, 2, 0, 0, 3},
+    /* sum of squares: a n */
+    {OP_SUMSQ, "sumsq n=1", 1, 0, 0, 0, 0},
+    {OP_SUMSQ, "sumsq n=255", 255, 0, 0, 0, 0},
+    {OP_SUMSQ, "sumsq n=257", 257, 0, 0, 0, 0},
+    {OP_SUMSQ, "sumsq n=100003", 100003, 0, 0, 0, 0},
+    /* cross-entropy: a rows, b V, f eps; flag 1 = in place, 2 = large logits, 4 = scale 0.5 */
+    {OP_XENT, "xent eps=0", 6, 11, 0, 0.0f, 0},
+    {OP_XENT, "xent eps=0.1 in place", 6, 11, 0, 0.1f, 1},
+    {OP_XENT, "xent rows=1 V=5", 1, 5, 0, 0.1f, 4},
+    {OP_XENT, "xent V=1000 large logits", 9, 1000, 0, 0.2f, 3},
+    {OP_XENT, "xent V=7 all pad", 3, 7, 0, 0.1f, 8},
+    /* argmax: a rows, b cols, flag = extra ld */
+    {OP_ARGMAX, "argmax 1x1", 1, 1, 0, 0, 0},
+    {OP_ARGMAX, "argmax ties NaN", 6, 9, 0, 0, 2},
+    {OP_ARGMAX, "argmax cols=1000", 4, 1000, 0, 0, 0},
+    /* Adam: a n, f lr, flag 1 = clip (active), 2 = clip (inactive) */
+    {OP_ADAM, "adam n=1", 1, 0, 0, 1e-2f, 0},
+    {OP_ADAM, "adam n=1000", 1000, 0, 0, 1e-2f, 0},
+    {OP_ADAM, "adam clip active", 777, 0, 0, 1e-2f, 1},
+    {OP_ADAM, "adam clip inactive", 300, 0, 0, 1e-2f, 2},
+};
+
+/* ---- helpers ---- */
+
+static int keep_buffers;
+static cl_mem kept[4096];
+static size_t n_kept;
+
+static void release(cl_mem m) {
+  if (m == NULL) return;
+  if (keep_buffers && n_kept < sizeof kept / sizeof *kept)
+    kept[n_kept++] = m;
+  else
+    clReleaseMemObject(m);
+}
+
+static relcl_buf B0(cl_mem m) { return relcl_buf_at(m, 0); }
+
+static cl_mem dev_zeros(relcl_context *ctx, size_t n) {
+  cl_mem m;
+  TU_OK(relcl_alloc(ctx, n ? n : 1, &m));
+  TU_OK(relcl_fill(ctx, B0(m), 0.0f, n ? n : 1));
+  return m;
+}
+
+static double *to_double(const float *x, size_t n) {
+  double *d = calloc(n ? n : 1, sizeof *d);
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+static int same_bits(const void *a, const void *b, size_t n) {
+  return memcmp(a, b, n * 4) == 0;
+}
+
+/* ---- layer norm ---- */
+
+static void check_layernorm(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, d = c->b, acc = c->flag & 1;
+  const size_t n = (size_t)rows * d;
+  float *x = tu_alloc_host(n), *g = tu_alloc_host((size_t)d), *b = tu_alloc_host((size_t)d),
+        *dy = tu_alloc_host(n), *dx0 = tu_alloc_host(n);
+  tu_fill(x, n, 11);
+  for (size_t i = 0; i < n; i++) x[i] = 3.0f * x[i] + 0.5f; /* off-centre rows */
+  tu_fill(g, (size_t)d, 12);
+  tu_fill(b, (size_t)d, 13);
+  tu_fill(dy, n, 14);
+  tu_fill(dx0, n, 15);
+  double *y = calloc(n, sizeof *y), *mean = calloc((size_t)rows, sizeof *mean),
+         *rstd = calloc((size_t)rows, sizeof *rstd), *dx = calloc(n, sizeof *dx),
+         *dg = calloc((size_t)d, sizeof *dg), *db = calloc((size_t)d, sizeof *db);
+  ref_layernorm_forward(rows, d, c->f, x, g, b, y, mean, rstd);
+  ref_layernorm_backward(rows, d, c->f, x, g, dy, dx, dg, db);
+  if (acc)
+    for (size_t i = 0; i < n; i++) dx[i] += dx0[i];
+  /* parameter gradients accumulate: start them at 1 */
+  for (int i = 0; i < d; i++) dg[i] += 1.0, db[i] += 1.0;
+
+  float *out[2][5];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, n), Gm = tu_upload(ctx, g, (size_t)d),
+           Bm = tu_upload(ctx, b, (size_t)d), Y = dev_zeros(ctx, n),
+           M = dev_zeros(ctx, (size_t)rows), R = dev_zeros(ctx, (size_t)rows),
+           DY = tu_upload(ctx, dy, n), DX = tu_upload(ctx, dx0, n), DG, DB;
+    TU_OK(relcl_alloc(ctx, (size_t)d, &DG));
+    TU_OK(relcl_alloc(ctx, (size_t)d, &DB));
+    TU_OK(relcl_fill(ctx, B0(DG), 1.0f, (size_t)d));
+    TU_OK(relcl_fill(ctx, B0(DB), 1.0f, (size_t)d));
+    TU_OK(relcl_layernorm_forward(ctx, rows, d, c->f, B0(X), B0(Gm), B0(Bm), B0(Y), B0(M),
+                                  B0(R)));
+    TU_OK(relcl_layernorm_backward(ctx, rows, d, B0(X), B0(Gm), B0(M), B0(R), B0(DY), B0(DX),
+                                   acc, B0(DG), B0(DB)));
+    out[run][0] = tu_download(ctx, Y, n);
+    out[run][1] = tu_download(ctx, DX, n);
+    out[run][2] = tu_download(ctx, DG, (size_t)d);
+    out[run][3] = tu_download(ctx, DB, (size_t)d);
+    out[run][4] = tu_download(ctx, R, (size_t)rows);
+    cl_mem all[] = {X, Gm, Bm, Y, M, R, DY, DX, DG, DB};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  }
+  double e;
+  e = tu_rel_err(out[0][0], y, n, 1e-2);
+  tu_check(e < 2e-5, "%-28s y      rel err %.2e", c->name, e);
+  e = tu_rel_err(out[0][4], rstd, (size_t)rows, 1e-2);
+  tu_check(e < 2e-5, "%-28s rstd   rel err %.2e", c->name, e);
+  e = tu_rel_err(out[0][1], dx, n, 1e-2);
+  tu_check(e < 1e-4, "%-28s dx     rel err %.2e", c->name, e);
+  e = tu_rel_err(out[0][2], dg, (size_t)d, 1e-2);
+  tu_check(e < 2e-5, "%-28s dgain  rel err %.2e", c->name, e);
+  e = tu_rel_err(out[0][3], db, (size_t)d, 1e-2);
+  tu_check(e < 2e-5, "%-28s dbias  rel err %.2e", c->name, e);
+  int same = same_bits(out[0][0], out[1][0], n) && same_bits(out[0][1], out[1][1], n) &&
+             same_bits(out[0][2], out[1][2], (size_t)d) &&
+             same_bits(out[0][3], out[1][3], (size_t)d);
+  tu_check(same, "%-28s bitwise identical on a second run", c->name);
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 5; i++) free(out[r][i]);
+  free(x), free(g), free(b), free(dy), free(dx0), free(y), free(mean), free(rstd), free(dx);
+  free(dg), free(db);
+}
+
+/* ---- embedding ---- */
+
+static void check_embedding(relcl_context *ctx, const layer_case *c) {
+  const int n = c->a, d = c->b, vocab = c->c;
+  const size_t nt = (size_t)vocab * d, no = (size_t)n * d;
+  int32_t *ids = calloc((size_t)n, sizeof *ids);
+  uint64_t s = 21;
+  for (int t = 0; t < n; t++) {
+    ids[t] = (int32_t)(tu_next(&s) % (uint64_t)vocab);
+    if (c->flag & 1) ids[t] = ids[t] % 3; /* few distinct ids, each many times */
+    if ((c->flag & 2) && t % 7 == 3) ids[t] = t % 2 ? vocab + t : -1 - t;
+  }
+  if (c->flag == 3)
+    for (int t = 0; t < n; t++) ids[t] = 2;
+  float *table = tu_alloc_host(nt), *dout = tu_alloc_host(no), *dt0 = tu_alloc_host(nt);
+  tu_fill(table, nt, 22);
+  tu_fill(dout, no, 23);
+  tu_fill(dt0, nt, 24);
+  const float scale = 2.8284271f;
+  double *y = calloc(no, sizeof *y), *dtab = to_double(dt0, nt);
+  ref_embedding_forward(n, d, vocab, ids, table, scale, y);
+  ref_embedding_backward(n, d, vocab, ids, dout, scale, dtab);
+  float *dtab_f = tu_alloc_host(nt);
+  memcpy(dtab_f, dt0, nt * 4);
+  ref_embedding_backward_float(n, d, vocab, ids, dout, scale, dtab_f);
+
+  int32_t *tok = calloc((size_t)n + 1, 4), *ofs = calloc((size_t)n + 2, 4),
+          *pos = calloc((size_t)n + 1, 4);
+  int n_tok = -1;
+  TU_OK(relcl_embedding_index(ids, n, vocab, tok, ofs, pos, &n_tok));
+  /* the index itself: ascending distinct ids, ascending positions, every valid one once */
+  int ok = n_tok >= 0 && ofs[0] == 0, valid = 0;
+  for (int t = 0; t < n; t++) valid += ids[t] >= 0 && ids[t] < vocab;
+  ok = ok && ofs[n_tok] == valid;
+  for (int u = 0; ok && u < n_tok; u++) {
+    ok = (u == 0 || tok[u] > tok[u - 1]) && ofs[u + 1] > ofs[u];
+    for (int q = ofs[u]; ok && q < ofs[u + 1]; q++)
+      ok = ids[pos[q]] == tok[u] && (q == ofs[u] || pos[q] > pos[q - 1]);
+  }
+  tu_check(ok, "%-28s index: %d distinct ids, positions ascending", c->name, n_tok);
+
+  float *fwd[2], *bwd[2];
+  for (int run = 0; run < 2; run++) {
+    cl_mem I = tu_upload(ctx, ids, (size_t)n), T = tu_upload(ctx, table, nt),
+           Y = dev_zeros(ctx, no), DO = tu_upload(ctx, dout, no), DT = tu_upload(ctx, dt0, nt),
+           TK = tu_upload(ctx, tok, (size_t)n + 1), OF = tu_upload(ctx, ofs, (size_t)n + 2),
+           PS = tu_upload(ctx, pos, (size_t)n + 1);
+    TU_OK(relcl_embedding_forward(ctx, n, d, vocab, B0(I), B0(T), scale, B0(Y)));
+    TU_OK(relcl_embedding_backward(ctx, n_tok, d, vocab, B0(TK), B0(OF), B0(PS), B0(DO), scale,
+                                   B0(DT)));
+    fwd[run] = tu_download(ctx, Y, no);
+    bwd[run] = tu_download(ctx, DT, nt);
+    cl_mem all[] = {I, T, Y, DO, DT, TK, OF, PS};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  }
+  /* forward: one product per entry, the same in float on both sides */
+  int exact = 1;
+  for (size_t i = 0; i < no; i++) exact &= fwd[0][i] == (float)y[i];
+  tu_check(exact, "%-28s forward matches (one rounding)", c->name);
+  double e = tu_rel_err(bwd[0], dtab, nt, 1e-2);
+  tu_check(e < 1e-4, "%-28s dtable rel err vs double %.2e", c->name, e);
+  tu_check(same_bits(bwd[0], dtab_f, nt), "%-28s dtable bit-exact vs fixed-order float sum",
+           c->name);
+  tu_check(same_bits(fwd[0], fwd[1], no) && same_bits(bwd[0], bwd[1], nt),
+           "%-28s bitwise identical on a second run", c->name);
+  for (int r = 0; r < 2; r++) free(fwd[r]), free(bwd[r]);
+  free(ids), free(table), free(dout), free(dt0), free(y), free(dtab), free(dtab_f), free(tok);
+  free(ofs), free(pos);
+}
+
+/* ---- dropout ---- */
+
+static void check_dropout(relcl_context *ctx, const layer_case *c) {
+  const size_t n = (size_t)c->a;
+  const float p = c->f;
+  const int res = c->flag & 1, acc = c->flag & 2;
+  const uint64_t seed = 0xfeedbeef12345ULL, stream = 777;
+  float *x = tu_alloc_host(n), *r = tu_alloc_host(n), *d0 = tu_alloc_host(n);
+  tu_fill(x, n, 31);
+  tu_fill(r, n, 32);
+  tu_fill(d0, n, 33);
+  float *y = tu_alloc_host(n), *dx = tu_alloc_host(n);
+  ref_dropout_forward(n, p, seed, stream, x, res ? r : NULL, y);
+  /* backward = the same mask and scale on dy (x here), added to d0 when accumulating */
+  ref_dropout_forward(n, p, seed, stream, x, acc ? d0 : NULL, dx);
+  size_t dropped = 0;
+  for (size_t i = 0; i < n; i++) dropped += !ref_dropout4_keep(seed, stream, i, p);
+
+  float *fy[2], *fdx[2];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, n), R = tu_upload(ctx, r, n), Y = dev_zeros(ctx, n),
+           DX = tu_upload(ctx, d0, n);
+    TU_OK(relcl_dropout_forward(ctx, n, p, seed, stream, B0(X), res ? B0(R) : RELCL_BUF_NONE,
+                                B0(Y)));
+    TU_OK(relcl_dropout_backward(ctx, n, p, seed, stream, B0(X), B0(DX), acc));
+    fy[run] = tu_download(ctx, Y, n);
+    fdx[run] = tu_download(ctx, DX, n);
+    release(X), release(R), release(Y), release(DX);
+  }
+  tu_check(same_bits(fy[0], y, n), "%-28s forward bit-exact vs reference mask", c->name);
+  tu_check(same_bits(fdx[0], dx, n), "%-28s backward bit-exact vs reference mask", c->name);
+  tu_check(same_bits(fy[0], fy[1], n) && same_bits(fdx[0], fdx[1], n),
+           "%-28s bitwise identical on a second run", c->name);
+  /* the dropped fraction is binomial(n, p): within 5 standard deviations (+1) */
+  double sd = sqrt((double)n * p * (1.0 - p));
+  tu_check(fabs((double)dropped - n * (double)p) <= 5.0 * sd + 1.0,
+           "%-28s dropped %zu of %zu (p=%.2f)", c->name, dropped, n, (double)p);
+  for (int i = 0; i < 2; i++) free(fy[i]), free(fdx[i]);
+  free(x), free(r), free(d0), free(y), free(dx);
+}
+
+/* ---- linear ---- */
+
+static void check_linear(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, in = c->b, out = c->c, bias = c->flag & 1, acc = c->flag & 2;
+  const size_t nx = (size_t)rows * in, nw = (size_t)out * in, ny = (size_t)rows * out;
+  float *x = tu_alloc_host(nx), *w = tu_alloc_host(nw), *b = tu_alloc_host((size_t)out),
+        *dy = tu_alloc_host(ny), *dx0 = tu_alloc_host(nx);
+  tu_fill(x, nx, 41), tu_fill(w, nw, 42), tu_fill(b, (size_t)out, 43), tu_fill(dy, ny, 44);
+  tu_fill(dx0, nx, 45);
+  double *y = calloc(ny, 8), *dx = calloc(nx, 8), *dw = calloc(nw, 8), *db = calloc((size_t)out, 8);
+  ref_linear_forward(rows, in, out, x, w, bias ? b : NULL, y);
+  ref_linear_backward(rows, in, out, x, w, dy, dx, dw, db);
+  if (acc)
+    for (size_t i = 0; i < nx; i++) dx[i] += dx0[i];
+  for (size_t i = 0; i < nw; i++) dw[i] += 0.5; /* parameter gradients accumulate onto 0.5 */
+  for (int i = 0; i < out; i++) db[i] += 0.5;
+  float *res[2][4];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, nx), Wm = tu_upload(ctx, w, nw),
+           Bm = tu_upload(ctx, b, (size_t)out), Y = dev_zeros(ctx, ny),
+           DY = tu_upload(ctx, dy, ny), DX = tu_upload(ctx, dx0, nx), DW, DB;
+    TU_OK(relcl_alloc(ctx, nw, &DW));
+    TU_OK(relcl_alloc(ctx, (size_t)out, &DB));
+    TU_OK(relcl_fill(ctx, B0(DW), 0.5f, nw));
+    TU_OK(relcl_fill(ctx, B0(DB), 0.5f, (size_t)out));
+    TU_OK(relcl_linear_forward(ctx, rows, in, out, B0(X), B0(Wm),
+                               bias ? B0(Bm) : RELCL_BUF_NONE, B0(Y)));
+    TU_OK(relcl_linear_backward(ctx, rows, in, out, B0(X), B0(Wm), B0(DY), B0(DX), acc, B0(DW),
+                                B0(DB)));
+    res[run][0] = tu_download(ctx, Y, ny);
+    res[run][1] = tu_download(ctx, DX, nx);
+    res[run][2] = tu_download(ctx, DW, nw);
+    res[run][3] = tu_download(ctx, DB, (size_t)out);
+    cl_mem all[] = {X, Wm, Bm, Y, DY, DX, DW, DB};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  }
+  double e;
+  e = tu_rel_err(res[0][0], y, ny, 1e-2);
+  tu_check(e < 2e-5, "%-28s y      rel err %.2e", c->name, e);
+  e = tu_rel_err(res[0][1], dx, nx, 1e-2);
+  tu_check(e < 2e-5, "%-28s dx     rel err %.2e", c->name, e);
+  e = tu_rel_err(res[0][2], dw, nw, 1e-2);
+  tu_check(e < 2e-5, "%-28s dW     rel err %.2e", c->name, e);
+  e = tu_rel_err(res[0][3], db, (size_t)out, 1e-2);
+  tu_check(e < 2e-5, "%-28s db     rel err %.2e", c->name, e);
+  tu_check(same_bits(res[0][0], res[1][0], ny) && same_bits(res[0][1], res[1][1], nx) &&
+               same_bits(res[0][2], res[1][2], nw) && same_bits(res[0][3], res[1][3], (size_t)out),
+           "%-28s bitwise identical on a second run", c->name);
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 4; i++) free(res[r][i]);
+  free(x), free(w), free(b), free(dy), free(dx0), free(y), free(dx), free(dw), free(db);
+}
+
+/* ---- relu, residual add, axpby ---- */
+
+static void check_elementwise(relcl_context *ctx, const layer_case *c) {
+  const size_t n = (size_t)c->a;
+  float *x = tu_alloc_host(n), *r = tu_alloc_host(n), *dy = tu_alloc_host(n);
+  tu_fill(x, n, 51), tu_fill(r, n, 52), tu_fill(dy, n, 53);
+  if (n > 3) x[3] = 0.0f; /* ReLU's kink: the gradient there is 0 */
+  cl_mem X = tu_upload(ctx, x, n), R = tu_upload(ctx, r, n), DY = tu_upload(ctx, dy, n),
+         Y = dev_zeros(ctx, n), DX = dev_zeros(ctx, n), S = dev_zeros(ctx, n),
+         Z = tu_upload(ctx, r, n);
+  TU_OK(relcl_relu_forward(ctx, n, B0(X), B0(Y)));
+  TU_OK(relcl_relu_backward(ctx, n, B0(Y), B0(DY), B0(DX)));
+  TU_OK(relcl_residual_add(ctx, n, B0(X), B0(R), B0(S)));
+  TU_OK(relcl_vec_axpby(ctx, n, 0.5f, B0(X), -2.0f, B0(Z)));
+  float *y = tu_download(ctx, Y, n), *dx = tu_download(ctx, DX, n), *s = tu_download(ctx, S, n),
+        *z = tu_download(ctx, Z, n);
+  int ok_relu = 1, ok_add = 1, ok_axpby = 1;
+  for (size_t i = 0; i < n; i++) {
+    ok_relu &= y[i] == (x[i] > 0.0f ? x[i] : 0.0f) && dx[i] == (x[i] > 0.0f ? dy[i] : 0.0f);
+    ok_add &= s[i] == x[i] + r[i];
+    float want = 0.5f * x[i];
+    want = want + -2.0f * r[i];
+    ok_axpby &= z[i] == want;
+  }
+  tu_check(ok_relu, "%-28s relu forward and backward exact", c->name);
+  tu_check(ok_add, "%-28s residual add exact", c->name);
+  tu_check(ok_axpby, "%-28s axpby exact", c->name);
+  cl_mem all[] = {X, R, DY, Y, DX, S, Z};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  free(x), free(r), free(dy), free(y), free(dx), free(s), free(z);
+}
+
+/* ---- heads ---- */
+
+static void check_heads(relcl_context *ctx, const layer_case *c) {
+  const int B = c->a, n = c->b, H = c->c, dh = (int)c->f, ld = H * dh + c->flag;
+  const int off = 3; /* start the heads at column 3 of the strided matrix */
+  const size_t nd = (size_t)B * n * H * dh, ns = (size_t)B * n * ld + off;
+  float *x = tu_alloc_host(ns);
+  tu_fill(x, ns, 61);
+  cl_mem X = tu_upload(ctx, x, ns), Y = dev_zeros(ctx, nd), Z = dev_zeros(ctx, ns);
+  TU_OK(relcl_heads_split(ctx, B, n, H, dh, relcl_buf_at(X, off), ld, B0(Y)));
+  TU_OK(relcl_heads_merge(ctx, B, n, H, dh, B0(Y), relcl_buf_at(Z, off), ld));
+  float *y = tu_download(ctx, Y, nd), *z = tu_download(ctx, Z, ns);
+  int ok_split = 1, ok_merge = 1;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int t = 0; t < n; t++)
+        for (int e = 0; e < dh; e++)
+          ok_split &= y[(((size_t)b * H + h) * n + t) * dh + e] ==
+                      x[off + ((size_t)b * n + t) * ld + (size_t)h * dh + e];
+  for (size_t i = 0; i < ns; i++) {
+    size_t col = (i - off + (size_t)ld) % (size_t)ld; /* entries outside the heads stay 0 */
+    int inside = i >= (size_t)off && col < (size_t)H * dh;
+    ok_merge &= z[i] == (inside ? x[i] : 0.0f);
+  }
+  tu_check(ok_split, "%-28s split exact", c->name);
+  tu_check(ok_merge, "%-28s merge(split(x)) == x, other columns untouched", c->name);
+  release(X), release(Y), release(Z);
+  free(x), free(y), free(z);
+}
+
+/* ---- colsum and sumsq ---- */
+
+static void check_colsum(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, cols = c->b, ld = cols + (c->flag & 63), acc = (c->flag & 64) != 0;
+  const size_t n = (size_t)rows * ld;
+  float *x = tu_alloc_host(n);
+  tu_fill(x, n, 71);
+  double *y = calloc((size_t)cols, 8);
+  ref_colsum(rows, cols, x, ld, y);
+  if (acc)
+    for (int i = 0; i < cols; i++) y[i] += 1.0;
+  float *res[2];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, n), Y;
+    TU_OK(relcl_alloc(ctx, (size_t)cols, &Y));
+    TU_OK(relcl_fill(ctx, B0(Y), acc ? 1.0f : 123.0f, (size_t)cols));
+    TU_OK(relcl_colsum(ctx, rows, cols, B0(X), ld, B0(Y), acc));
+    res[run] = tu_download(ctx, Y, (size_t)cols);
+    release(X), release(Y);
+  }
+  double e = tu_rel_err(res[0], y, (size_t)cols, 1e-2);
+  tu_check(e < 2e-5, "%-28s rel err %.2e", c->name, e);
+  tu_check(same_bits(res[0], res[1], (size_t)cols), "%-28s bitwise identical on a second run",
+           c->name);
+  free(res[0]), free(res[1]), free(x), free(y);
+}
+
+static void check_sumsq(relcl_context *ctx, const layer_case *c) {
+  const size_t n = (size_t)c->a;
+  float *x = tu_alloc_host(n);
+  tu_fill(x, n, 81);
+  double want = ref_sumsq(n, x);
+  float got[2];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, n), S = dev_zeros(ctx, 4);
+    TU_OK(relcl_sumsq(ctx, n, B0(X), relcl_buf_at(S, 1)));
+    TU_OK(relcl_read(ctx, relcl_buf_at(S, 1), &got[run], 1));
+    release(X), release(S);
+  }
+  double e = fabs(got[0] - want) / want;
+  tu_check(e < 2e-5, "%-28s rel err %.2e", c->name, e);
+  tu_check(same_bits(&got[0], &got[1], 1), "%-28s bitwise identical on a second run", c->name);
+  free(x);
+}
+
+/* ---- cross-entropy ---- */
+
+static void check_xent(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, V = c->b, in_place = c->flag & 1;
+  const float scale = (c->flag & 4) ? 0.5f : 1.0f;
+  const size_t n = (size_t)rows * V;
+  float *z = tu_alloc_host(n);
+  tu_fill(z, n, 91);
+  if (c->flag & 2) /* logits of +-100: exp overflows unless the max is subtracted */
+    for (size_t i = 0; i < n; i++) z[i] *= 100.0f;
+  int32_t *t = calloc((size_t)rows, 4);
+  uint64_t s = 92;
+  for (int r = 0; r < rows; r++) t[r] = (int32_t)(1 + tu_next(&s) % (uint64_t)(V - 1));
+  if (rows > 2) t[1] = 0;      /* padding: ignored */
+  if (rows > 3) t[2] = V + 5;  /* out of range: ignored */
+  if (c->flag & 8)
+    for (int r = 0; r < rows; r++) t[r] = 0;
+  double *loss = calloc(2 * (size_t)rows, 8), *dz = calloc(n, 8);
+  ref_xent(rows, V, c->f, 0, z, t, scale, loss, dz);
+  float *res[2][2];
+  for (int run = 0; run < 2; run++) {
+    cl_mem Z = tu_upload(ctx, z, n), T = tu_upload(ctx, t, (size_t)rows),
+           D = dev_zeros(ctx, n), L = dev_zeros(ctx, 2 * (size_t)rows);
+    TU_OK(relcl_xent_forward_backward(ctx, rows, V, c->f, 0, B0(Z), B0(T), scale,
+                                      in_place ? B0(Z) : B0(D), B0(L)));
+    res[run][0] = tu_download(ctx, L, 2 * (size_t)rows);
+    res[run][1] = tu_download(ctx, in_place ? Z : D, n);
+    release(Z), release(T), release(D), release(L);
+  }
+  double e = tu_rel_err(res[0][0], loss, 2 * (size_t)rows, 1e-2);
+  tu_check(e < 2e-5, "%-28s losses rel err %.2e", c->name, e);
+  e = tu_rel_err(res[0][1], dz, n, 1e-2);
+  tu_check(e < 2e-5, "%-28s dlogits rel err %.2e", c->name, e);
+  int finite = 1;
+  for (size_t i = 0; i < n; i++) finite &= isfinite(res[0][1][i]);
+  for (int i = 0; i < 2 * rows; i++) finite &= isfinite(res[0][0][i]);
+  tu_check(finite, "%-28s everything finite", c->name);
+  tu_check(same_bits(res[0][0], res[1][0], 2 * (size_t)rows) &&
+               same_bits(res[0][1], res[1][1], n),
+           "%-28s bitwise identical on a second run", c->name);
+  for (int r = 0; r < 2; r++) free(res[r][0]), free(res[r][1]);
+  free(z), free(t), free(loss), free(dz);
+}
+
+/* ---- argmax ---- */
+
+static void check_argmax(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, cols = c->b, ld = cols + c->flag;
+  const size_t n = (size_t)rows * ld;
+  float *x = tu_alloc_host(n);
+  tu_fill(x, n, 101);
+  if (c->flag) { /* ties and NaN */
+    x[0 * ld + 2] = x[0 * ld + 5] = 7.0f;  /* row 0: tie, the first wins */
+    x[1 * ld + 0] = NAN, x[1 * ld + 4] = 3.0f; /* row 1: a NaN never wins */
+    for (int j = 0; j < cols; j++) x[2 * ld + j] = NAN; /* row 2: all NaN */
+    for (int j = 0; j < cols; j++) x[3 * ld + j] = -INFINITY; /* row 3: all -inf */
+    x[4 * ld + cols - 1] = 9.0f; /* row 4: the last column */
+    x[4 * ld + cols] = 99.0f;    /* ... beyond cols: never read */
+  }
+  int32_t *want = calloc((size_t)rows, 4);
+  ref_argmax(rows, cols, x, ld, want);
+  cl_mem X = tu_upload(ctx, x, n), O = dev_zeros(ctx, (size_t)rows);
+  TU_OK(relcl_argmax_rows(ctx, rows, cols, B0(X), ld, B0(O)));
+  int32_t *got = calloc((size_t)rows, 4);
+  TU_OK(relcl_read(ctx, B0(O), got, (size_t)rows));
+  tu_check(memcmp(got, want, (size_t)rows * 4) == 0, "%-28s exact (row 0: %d vs %d)", c->name,
+           got[0], want[0]);
+  release(X), release(O);
+  free(x), free(want), free(got);
+}
+
+/* ---- Adam ---- */
+
+static void check_adam(relcl_context *ctx, const layer_case *c) {
+  const size_t n = (size_t)c->a;
+  const double lr = c->f;
+  float *p0 = tu_alloc_host(n), *g = tu_alloc_host(n);
+  tu_fill(p0, n, 111);
+  double *p = to_double(p0, n), *m = calloc(n, 8), *v = calloc(n, 8);
+  cl_mem P = tu_upload(ctx, p0, n), Gm = dev_zeros(ctx, n), M = dev_zeros(ctx, n),
+         Vm = dev_zeros(ctx, n), S = dev_zeros(ctx, 1);
+  relcl_adam_args a = {(float)lr, 0.9f, 0.98f, 1e-9f, 1, 0.25f, 0.0f};
+  double worst_p = 0, worst_m = 0, worst_v = 0;
+  float *fp = NULL, *fm = NULL, *fv = NULL;
+  for (uint64_t step = 1; step <= 3; step++) {
+    tu_fill(g, n, 112 + step);
+    if (c->flag == 1) a.clip_norm = 0.05f; /* the scaled norm is ~0.25 sqrt(n/3): clipped */
+    if (c->flag == 2) a.clip_norm = 1e6f;  /* never reached */
+    a.step = step;
+    ref_adam(n, lr, 0.9, 0.98, 1e-9, step, 0.25, a.clip_norm, g, p, m, v);
+    TU_OK(relcl_write(ctx, B0(Gm), g, n));
+    if (a.clip_norm > 0.0f) TU_OK(relcl_sumsq(ctx, n, B0(Gm), B0(S)));
+    TU_OK(relcl_adam_update(ctx, n, &a, B0(P), B0(Gm), B0(M), B0(Vm), B0(S)));
+    free(fp), free(fm), free(fv);
+    fp = tu_download(ctx, P, n), fm = tu_download(ctx, M, n), fv = tu_download(ctx, Vm, n);
+    double em = tu_rel_err(fm, m, n, 1e-8), ev = tu_rel_err(fv, v, n, 1e-12);
+    double ep = 0.0;
+    for (size_t i = 0; i < n; i++) ep = fmax(ep, fabs(fp[i] - p[i]) / lr);
+    worst_p = fmax(worst_p, ep), worst_m = fmax(worst_m, em), worst_v = fmax(worst_v, ev);
+  }
+  tu_check(worst_m < 1e-5 && worst_v < 1e-5, "%-28s m, v rel err %.2e %.2e", c->name, worst_m,
+           worst_v);
+  tu_check(worst_p < 1e-4, "%-28s param err / lr %.2e (3 steps)", c->name, worst_p);
+  release(P), release(Gm), release(M), release(Vm), release(S);
+  free(fp), free(fm), free(fv), free(p0), free(g), free(p), free(m), free(v);
+}
+
+/* ---- bad arguments: errors with messages, no crash ---- */
+
+static void check_errors(relcl_context *ctx) {
+  cl_mem small = dev_zeros(ctx, 8);
+  relcl_buf b = B0(small), none = RELCL_BUF_NONE;
+  struct {
+    const char *what;
+    relcl_status st;
+  } r[] = {
+      {"layernorm NULL ctx",
+       relcl_layernorm_forward(NULL, 1, 4, 1e-5f, b, b, b, b, b, b)},
+      {"layernorm rows=0", relcl_layernorm_forward(ctx, 0, 4, 1e-5f, b, b, b, b, b, b)},
+      {"layernorm buffer too small", relcl_layernorm_forward(ctx, 4, 4, 1e-5f, b, b, b, b, b, b)},
+      {"layernorm missing x", relcl_layernorm_forward(ctx, 1, 4, 1e-5f, none, b, b, b, b, b)},
+      {"dropout p=1", relcl_dropout_forward(ctx, 4, 1.0f, 1, 1, b, none, b)},
+      {"dropout p=NaN", relcl_dropout_forward(ctx, 4, NAN, 1, 1, b, none, b)},
+      {"linear too small", relcl_linear_forward(ctx, 3, 3, 3, b, b, none, b)},
+      {"heads ld too small", relcl_heads_split(ctx, 1, 2, 2, 2, b, 3, b)},
+      {"xent eps=2", relcl_xent_forward_backward(ctx, 1, 4, 2.0f, 0, b, b, 1.0f, b, b)},
+      {"argmax ld < cols", relcl_argmax_rows(ctx, 1, 4, b, 2, b)},
+      {"adam step 0",
+       relcl_adam_update(ctx, 4, &(relcl_adam_args){1e-3f, 0.9f, 0.98f, 1e-9f, 0, 1, 0}, b, b,
+                         b, b, none)},
+      {"adam clip without sumsq",
+       relcl_adam_update(ctx, 4, &(relcl_adam_args){1e-3f, 0.9f, 0.98f, 1e-9f, 1, 1, 1}, b, b,
+                         b, b, none)},
+      {"embedding index NULL", relcl_embedding_index(NULL, 1, 4, NULL, NULL, NULL, NULL)},
+      {"colsum cols=0", relcl_colsum(ctx, 1, 0, b, 1, b, 0)},
+  };
+  for (size_t i = 0; i < sizeof r / sizeof *r; i++)
+    tu_check(r[i].st != RELCL_OK && relcl_last_error()[0] != '\0', "error: %-28s -> %s",
+             r[i].what, relcl_status_str(r[i].st));
+  release(small);
+}
+
+/* --small: the cases small enough for Oclgrind; --keep-buffers: see test_attention.c. */
+int main(int argc, char **argv) {
+  int small = 0;
+  const char *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--small") == 0)
+      small = 1;
+    else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
+      only = argv[++i];
+    else if (strcmp(argv[i], "--keep-buffers") == 0)
+      keep_buffers = 1;
+    else {
+      fprintf(stderr, "usage: test_layers [--small] [--case NAME] [--keep-buffers]\n");
+      return 2;
+    }
+  }
+  relcl_context *ctx = tu_context();
+  printf("device: %s\n", relcl_context_device_name(ctx));
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const layer_case *c = &cases[i];
+    if (only && strstr(c->name, only) == NULL) continue;
+    /* under a simulator: nothing over ~20k elements */
+    if (small && (double)c->a * (c->b ? c->b : 1) * (c->c ? c->c : 1) > 20000) continue;
+    switch (c->op) {
+      case OP_LAYERNORM: check_layernorm(ctx, c); break;
+      case OP_EMBEDDING: check_embedding(ctx, c); break;
+      case OP_DROPOUT: check_dropout(ctx, c); break;
+      case OP_LINEAR: check_linear(ctx, c); break;
+      case OP_ELEMENTWISE: check_elementwise(ctx, c); break;
+      case OP_HEADS: check_heads(ctx, c); break;
+      case OP_COLSUM: check_colsum(ctx, c); break;
+      case OP_SUMSQ: check_sumsq(ctx, c); break;
+      case OP_XENT: check_xent(ctx, c); break;
+      case OP_ARGMAX: check_argmax(ctx, c); break;
+      case OP_ADAM: check_adam(ctx, c); break;
+    }
+  }
+  if (!only) check_errors(ctx);
+  for (size_t i = 0; i < n_kept; i++) clReleaseMemObject(kept[i]);
+  relcl_context_destroy(ctx);
+  return tu_finish();
+}
