@@ -94,5 +94,12 @@ int main(int argc, char **argv) {
       }
     }
   }
+  if (def_p >= 0) {
+    relcl_context *ctx;
+    if (relcl_context_create(&ctx, spec) == RELCL_OK) {
+      printf("CLBlast tuning on the default device: %s\n", relcl_context_tuning(ctx));
+      relcl_context_destroy(ctx);
+    }
+  }
   return failures ? 1 : 0;
 }

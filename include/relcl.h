@@ -92,6 +92,9 @@ cl_command_queue relcl_context_queue(const relcl_context *ctx);
 cl_device_id relcl_context_device(const relcl_context *ctx);
 /* "platform name / device name" of the chosen device. */
 const char *relcl_context_device_name(const relcl_context *ctx);
+/* Which CLBlast tuning parameters the context applied: a file path, "shipped tuning", or
+ * "none (CLBlast's defaults)". See relcl-tune and RELCL_TUNING. */
+const char *relcl_context_tuning(const relcl_context *ctx);
 /* Wait until every enqueued command has finished. */
 relcl_status relcl_finish(relcl_context *ctx);
 

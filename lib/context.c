@@ -164,6 +164,7 @@ relcl_status relcl_context_create(relcl_context **out, const char *device) {
     st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, true, &ctx->program[i]);
     if (st != RELCL_OK) goto fail;
   }
+  relcl__tuning_apply(ctx);
   relcl__clear_error();
   *out = ctx;
   return RELCL_OK;

@@ -35,3 +35,13 @@ relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t 
   return code == CLBlastSuccess ? RELCL_OK
                                 : clblast_fail(code, "SGEMM", m, n, k, batch);
 }
+
+relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,
+                                  const char *const *names, const size_t *values) {
+  CLBlastStatusCode code = CLBlastOverrideParameters(device, kernel, CLBlastPrecisionSingle, n,
+                                                     (const char **)names, values);
+  return code == CLBlastSuccess
+             ? RELCL_OK
+             : relcl__fail(RELCL_ERR_CLBLAST, "CLBlast rejected the parameters of %s (status %d)",
+                           kernel, (int)code);
+}

@@ -7,6 +7,7 @@ RELCL_DEPS=(
   ocl-icd-opencl-dev opencl-headers                    # OpenCL ICD loader and headers
   pocl-opencl-icd clinfo                               # a CPU OpenCL device, and a way to list devices
   libclblast-dev                                       # every GEMM
+  clblast-utils                                        # CLBlast's tuners, run by relcl-tune
   oclgrind                                             # kernel checker used by the test suite
   g++ libsentencepiece-dev libcjson-dev liblzma-dev    # lib/spm.cc (C++ over SentencePiece), lib/data.c
   sentencepiece                                        # spm_encode/spm_decode, to inspect a model by hand

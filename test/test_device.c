@@ -1,5 +1,7 @@
 /* Device choice: "P:D" indices, case-insensitive name substrings, the default, and errors
  * that list what exists; relcl_build_check on every device. */
+#include <unistd.h>
+
 #include "testutil.h"
 
 int main(void) {
@@ -45,6 +47,53 @@ int main(void) {
   tu_check(st == RELCL_OK && ctx != NULL && strstr(relcl_context_device_name(ctx), dname),
            "context on \"0:0\" reports its device: %s", ctx ? relcl_context_device_name(ctx) : "");
   relcl_context_destroy(ctx);
+
+  /* CLBlast tuning files: off, another device's, a malformed one, this device's */
+  char driver[256] = "";
+  clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+  char path[] = "/tmp/relcl-tuning-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (f) {
+    fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"kernels\": {\"Xgemm\": "
+               "{\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2, \"MDIMA\": 8, "
+               "\"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32, "
+               "\"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 1, \"VWN\": 1}}}\n",
+            dname, driver);
+    fclose(f);
+  }
+  setenv("RELCL_TUNING", "off", 1);
+  st = relcl_context_create(&ctx, NULL);
+  tu_check(st == RELCL_OK && strstr(relcl_context_tuning(ctx), "none"),
+           "RELCL_TUNING=off: %s", st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  relcl_context_destroy(ctx);
+  setenv("RELCL_TUNING", path, 1);
+  st = relcl_context_create(&ctx, NULL);
+  tu_check(st == RELCL_OK && strstr(relcl_context_tuning(ctx), path) &&
+               strstr(relcl_context_tuning(ctx), "1 kernel"),
+           "a tuning file for this device is applied: %s",
+           st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  relcl_context_destroy(ctx);
+  f = fopen(path, "w");
+  if (f) {
+    fputs("{\"device\": \"some other device\", \"driver\": \"1\", \"kernels\": {}}", f);
+    fclose(f);
+  }
+  st = relcl_context_create(&ctx, NULL);
+  tu_check(st == RELCL_OK && strstr(relcl_context_tuning(ctx), "not for this device"),
+           "another device's file is not applied: %s",
+           st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  relcl_context_destroy(ctx);
+  f = fopen(path, "w");
+  if (f) {
+    fputs("{ not json", f);
+    fclose(f);
+  }
+  st = relcl_context_create(&ctx, NULL);
+  tu_check(st == RELCL_OK, "a malformed tuning file is no error");
+  relcl_context_destroy(ctx);
+  unsetenv("RELCL_TUNING");
+  remove(path);
 
   st = relcl_build_check(plat, dev);
   tu_check(st == RELCL_OK, "every kernel builds on %s", dname);
