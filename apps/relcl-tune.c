@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,22 +19,32 @@
 
 #define PROG "relcl-tune"
 
-static const char *const tuners[] = {"clblast_tuner_xgemm", "clblast_tuner_xgemm_direct"};
+/* Each tuner times a fixed set of configurations, then a random part of a larger space:
+ * about 240 random configurations for either at the default --effort 1. */
+static const struct {
+  const char *name;
+  double fraction; /* of the random space, at effort 1 */
+} tuners[] = {
+    {"clblast_tuner_xgemm", 1e-5},        /* random space: 24 million configurations */
+    {"clblast_tuner_xgemm_direct", 5e-3}, /* random space: 46 thousand */
+};
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: " PROG " [--device SPEC] [--size N] [--fraction F] [--output FILE]\n"
+          "usage: " PROG " [--device SPEC] [--size N] [--effort X] [--output FILE]\n"
           "Runs CLBlast's SGEMM tuners (%s, %s) on one device and writes the best parameters\n"
           "as a relcl tuning file. Default output: the cache directory's tuning/ folder\n"
           "($RELCL_CACHE_DIR, else $XDG_CACHE_HOME/relcl or ~/.cache/relcl), where every relcl\n"
-          "context finds it. --size: matrix size the tuners time (default 512); --fraction: part\n"
-          "of the random search space tried (default 0.005). Takes several minutes.\n",
-          tuners[0], tuners[1]);
+          "context finds it. --size: matrix size the tuners time (default 512); --effort:\n"
+          "multiplies the number of random configurations tried (default 1, about 240 per\n"
+          "tuner). Takes several minutes on a CPU device.\n",
+          tuners[0].name, tuners[1].name);
 }
 
 static int run_tuner(const char *dir, const char *tuner, int p, int d, const char *size,
-                     const char *fraction) {
-  char pl[16], dv[16], log[4200];
+                     double fraction_value) {
+  char pl[16], dv[16], log[4200], fraction[32];
+  snprintf(fraction, sizeof fraction, "%.8f", fraction_value);
   snprintf(pl, sizeof pl, "%d", p);
   snprintf(dv, sizeof dv, "%d", d);
   snprintf(log, sizeof log, "%s/%s.log", dir, tuner);
@@ -98,7 +109,7 @@ static void make_dirs(char *path) {
 }
 
 int main(int argc, char **argv) {
-  const char *device = getenv("RELCL_DEVICE"), *size = "512", *fraction = "0.005";
+  const char *device = getenv("RELCL_DEVICE"), *size = "512", *effort = "1";
   const char *output = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -106,24 +117,25 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     }
-    if (i + 1 >= argc || (strcmp(a, "--device") && strcmp(a, "--size") &&
-                          strcmp(a, "--fraction") && strcmp(a, "--output"))) {
+    bool known = !strcmp(a, "--device") || !strcmp(a, "--size") || !strcmp(a, "--effort") ||
+                 !strcmp(a, "--output");
+    if (!known || i + 1 >= argc) {
       fprintf(stderr, PROG ": %s '%s' (try --help)\n",
-              i + 1 >= argc && a[0] == '-' ? "missing value for" : "unknown argument", a);
+              known ? "missing value for" : "unknown argument", a);
       return 2;
     }
     const char *v = argv[++i];
     if (!strcmp(a, "--device")) device = v;
     if (!strcmp(a, "--size")) size = v;
-    if (!strcmp(a, "--fraction")) fraction = v;
+    if (!strcmp(a, "--effort")) effort = v;
     if (!strcmp(a, "--output")) output = v;
   }
   if (atoi(size) < 16 || atoi(size) > 8192) {
     fprintf(stderr, PROG ": --size %s: give a matrix size from 16 to 8192\n", size);
     return 2;
   }
-  if (!(atof(fraction) > 0 && atof(fraction) <= 1)) {
-    fprintf(stderr, PROG ": --fraction %s: give a number in (0, 1]\n", fraction);
+  if (!(atof(effort) > 0 && atof(effort) <= 1000)) {
+    fprintf(stderr, PROG ": --effort %s: give a number in (0, 1000]\n", effort);
     return 2;
   }
   int p, d;
@@ -171,19 +183,20 @@ int main(int argc, char **argv) {
     fprintf(stderr, PROG ": cannot create a temporary directory: %s\n", strerror(errno));
     return 1;
   }
-  printf("tuning SGEMM for %d:%d %s (driver %s), size %s, fraction %s\n", p, d, name, driver,
-         size, fraction);
+  printf("tuning SGEMM for %d:%d %s (driver %s), size %s, effort %s\n", p, d, name, driver,
+         size, effort);
   cJSON *kernels = cJSON_CreateObject(), *times = cJSON_CreateObject();
   int rc = 0;
   for (size_t t = 0; t < sizeof tuners / sizeof *tuners; t++) {
     time_t t0 = time(NULL);
-    printf("  %s ...", tuners[t]);
+    printf("  %s ...", tuners[t].name);
     fflush(stdout);
-    int st = run_tuner(tmp, tuners[t], p, d, size, fraction);
+    double fraction = tuners[t].fraction * atof(effort);
+    int st = run_tuner(tmp, tuners[t].name, p, d, size, fraction > 1 ? 1 : fraction);
     printf(" %s (%lds)\n", st == 0 ? "done" : "FAILED", (long)(time(NULL) - t0));
     if (st != 0) {
-      fprintf(stderr, PROG ": %s failed (exit %d)%s; its log: %s/%s.log\n", tuners[t], st,
-              st == 127 ? ": is clblast-utils installed?" : "", tmp, tuners[t]);
+      fprintf(stderr, PROG ": %s failed (exit %d)%s; its log: %s/%s.log\n", tuners[t].name, st,
+              st == 127 ? ": is clblast-utils installed?" : "", tmp, tuners[t].name);
       rc = 1;
     }
   }
@@ -203,8 +216,8 @@ int main(int argc, char **argv) {
   cJSON_AddStringToObject(root, "device", name);
   cJSON_AddStringToObject(root, "driver", driver);
   char note[512];
-  snprintf(note, sizeof note, "made by relcl-tune: CLBlast tuners, size %s, fraction %s", size,
-           fraction);
+  snprintf(note, sizeof note, "made by relcl-tune: CLBlast tuners, size %s, effort %s", size,
+           effort);
   cJSON_AddStringToObject(root, "note", note);
   cJSON_AddItemToObject(root, "best_ms", times);
   cJSON_AddItemToObject(root, "kernels", kernels);
