@@ -75,6 +75,9 @@ static void take_best(const char *path, cJSON *kernels, cJSON *times) {
     const cJSON *time = cJSON_GetObjectItemCaseSensitive(root, "best_time");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "best_parameters");
     if (cJSON_IsString(kernel) && cJSON_IsString(time) && cJSON_IsString(params)) {
+      /* the tuners name the OpenCL kernel they timed ("XgemmDirectTN"); CLBlast takes the
+       * parameters of its family ("XgemmDirect") */
+      if (strncmp(kernel->valuestring, "XgemmDirect", 11) == 0) kernel->valuestring[11] = '\0';
       double t = atof(time->valuestring);
       const cJSON *old = cJSON_GetObjectItemCaseSensitive(times, kernel->valuestring);
       if (t > 0 && (!old || t < old->valuedouble)) {
