@@ -155,7 +155,10 @@ relcl_status relcl_context_create(relcl_context **out, const char *device) {
     st = relcl__cl_fail(err, "clCreateContext");
     goto fail;
   }
-  ctx->queue = clCreateCommandQueue(ctx->cl, ctx->device, 0, &err);
+  const char *prof = getenv("RELCL_PROFILE");
+  ctx->profile = prof && prof[0] && strcmp(prof, "0") != 0;
+  ctx->queue = clCreateCommandQueue(ctx->cl, ctx->device,
+                                    ctx->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
   if (err != CL_SUCCESS) {
     st = relcl__cl_fail(err, "clCreateCommandQueue");
     goto fail;
@@ -173,9 +176,47 @@ fail:
   return st;
 }
 
+static int by_time(const void *a, const void *b) {
+  double x = ((const struct relcl__prof *)a)->ms, y = ((const struct relcl__prof *)b)->ms;
+  return (x < y) - (x > y);
+}
+
+void relcl__profile_event(relcl_context *ctx, const char *name, cl_event ev) {
+  cl_ulong t0 = 0, t1 = 0;
+  if (clWaitForEvents(1, &ev) == CL_SUCCESS &&
+      clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ==
+          CL_SUCCESS &&
+      clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) ==
+          CL_SUCCESS) {
+    int i = 0;
+    while (i < ctx->n_prof && strcmp(ctx->prof[i].name, name) != 0) i++;
+    if (i == ctx->n_prof && i < (int)(sizeof ctx->prof / sizeof *ctx->prof)) {
+      snprintf(ctx->prof[i].name, sizeof ctx->prof[i].name, "%s", name);
+      ctx->n_prof++;
+    }
+    if (i < ctx->n_prof) {
+      ctx->prof[i].ms += (double)(t1 - t0) * 1e-6;
+      ctx->prof[i].calls++;
+    }
+  }
+  clReleaseEvent(ev);
+}
+
+static void print_profile(relcl_context *ctx) {
+  qsort(ctx->prof, (size_t)ctx->n_prof, sizeof *ctx->prof, by_time);
+  double total = 0;
+  for (int i = 0; i < ctx->n_prof; i++) total += ctx->prof[i].ms;
+  fprintf(stderr, "relcl profile (RELCL_PROFILE): %.1f ms of device time\n", total);
+  for (int i = 0; i < ctx->n_prof; i++)
+    fprintf(stderr, "  %10.1f ms %5.1f%% %8ld calls  %s\n", ctx->prof[i].ms,
+            100.0 * ctx->prof[i].ms / (total > 0 ? total : 1), ctx->prof[i].calls,
+            ctx->prof[i].name);
+}
+
 void relcl_context_destroy(relcl_context *ctx) {
   if (ctx == NULL) return;
   if (ctx->queue) clFinish(ctx->queue);
+  if (ctx->profile && ctx->n_prof) print_profile(ctx); /* asked for: the one print in lib */
   relcl__pool_destroy(&ctx->pool);
   for (int i = 0; i < ctx->n_kernels; i++) clReleaseKernel(ctx->kernel[i].kernel);
   for (int i = 0; i < RELCL__MAX_PROGRAMS; i++)
@@ -254,8 +295,10 @@ relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const rel
   }
   for (cl_uint i = 0; i < dims; i++)
     if (global[i] == 0) return RELCL_OK; /* nothing to do */
+  cl_event ev = NULL;
   cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, dims, NULL, global, local, 0, NULL,
-                                      NULL);
+                                      ctx->profile ? &ev : NULL);
+  if (err == CL_SUCCESS && ev) relcl__profile_event(ctx, k->name, ev);
   if (err != CL_SUCCESS) {
     char what[160];
     snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", k->name);

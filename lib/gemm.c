@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <clblast_c.h>
+#include <stdio.h>
 
 static relcl_status clblast_fail(CLBlastStatusCode code, const char *what, size_t m, size_t n,
                                  size_t k, size_t batch) {
@@ -22,16 +23,23 @@ relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t 
   CLBlastTranspose ta = trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastStatusCode code;
+  cl_event ev = NULL, *evp = ctx->profile ? &ev : NULL;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
     return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM with an empty inner dimension");
   if (batch == 1)
     code = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, alpha, a.mem, a.offset, lda,
-                        b.mem, b.offset, ldb, beta, c.mem, c.offset, ldc, &ctx->queue, NULL);
+                        b.mem, b.offset, ldb, beta, c.mem, c.offset, ldc, &ctx->queue, evp);
   else
     code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, m, n, k, alpha, a.mem,
                                       a.offset, lda, stride_a, b.mem, b.offset, ldb, stride_b,
                                       beta, c.mem, c.offset, ldc, stride_c, batch, &ctx->queue,
-                                      NULL);
+                                      evp);
+  if (code == CLBlastSuccess && ev) {
+    char name[160];
+    snprintf(name, sizeof name, "SGEMM%s%s %zux%zux%zu x%zu", trans_a ? " A^T" : "",
+             trans_b ? " B^T" : "", m, n, k, batch);
+    relcl__profile_event(ctx, name, ev);
+  }
   return code == CLBlastSuccess ? RELCL_OK
                                 : clblast_fail(code, "SGEMM", m, n, k, batch);
 }

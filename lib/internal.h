@@ -58,7 +58,17 @@ struct relcl_context {
   int n_kernels;
   relcl__pool pool;
   char tuning[1024]; /* which CLBlast tuning was applied (tuning.c) */
+  bool profile;      /* RELCL_PROFILE=1: time every command, print a table at destroy */
+  struct relcl__prof {
+    char name[96];
+    double ms;
+    long calls;
+  } prof[128];
+  int n_prof;
 };
+
+/* With ctx->profile: wait for ev, add its run time under name, release it. */
+void relcl__profile_event(relcl_context *ctx, const char *name, cl_event ev);
 
 /* Apply the CLBlast tuning file that matches ctx's device, if any (tuning.c). */
 void relcl__tuning_apply(relcl_context *ctx);
