@@ -79,6 +79,7 @@ static const opt options[] = {
     {"model-dir", T_STR, OFF(model_dir), NOLIM, "DIR", "checkpoints, vocabulary and loss plot go here [model]", "output"},
     {"keep", T_INT, OFF(keep), 1, 1 << 20, 0, NULL, "N", "keep the last N checkpoints, and best.safetensors [5]", NULL},
     {"valid-every", T_I64, OFF(valid_every), 1, 1e15, 0, NULL, "N", "validate and save a checkpoint every N updates [1000]", NULL},
+    {"valid-bleu", T_I64, OFF(valid_bleu), 0, 1e15, 0, NULL, "N", "every N updates also the greedy BLEU of the validation set, by sacrebleu (python3, or $RELCL_PYTHON); 0: never [0]", NULL},
     {"early-stopping", T_INT, OFF(early_stopping), 0, 1 << 20, 0, NULL, "N", "stop when validation loss has not improved N times in a row; 0: never [0]", NULL},
     {"log-every", T_I64, OFF(log_every), 1, 1e15, 0, NULL, "N", "print a training line every N updates [100]", NULL},
     {"log-json", T_STR, OFF(log_json), NOLIM, "FILE", "append one JSON object per log line (training: step, loss; validation: step, valid_loss)", NULL},
@@ -86,12 +87,14 @@ static const opt options[] = {
     {"config", T_MODE, OFF(config_file), NOLIM, "FILE", "read options from a YAML or JSON file (a flat mapping of these names); flags override it", "other"},
     {"dump-config", T_MODE, OFF(dump_config), NOLIM, NULL, "print the full resolved configuration as JSON and exit", NULL},
     {"resume", T_MODE, OFF(resume), NOLIM, NULL, "continue from the newest valid checkpoint in --model-dir, exactly", NULL},
+    {"translate", T_MODE, OFF(translate), NOLIM, "FILE", "no training: translate FILE's lines greedily with --model-dir's best (else newest) checkpoint, '-' for stdin", NULL},
     {"help", T_MODE, OFF(help), NOLIM, NULL, "this text", NULL},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 
+/* mode flags with a META take a string (--config FILE, --translate FILE) */
 static bool takes_value(const opt *o) {
-  return o->type != T_BOOL && !(o->type == T_MODE && strcmp(o->name, "config") != 0);
+  return o->type != T_BOOL && !(o->type == T_MODE && o->meta == NULL);
 }
 
 /* ---- small helpers ---- */
@@ -181,7 +184,7 @@ static int set_value(train_config *cfg, const opt *o, const char *text, bool is_
   switch (o->type) {
   case T_STR:
   case T_MODE:
-    if (o->type == T_MODE && strcmp(o->name, "config") != 0) break;
+    if (o->type == T_MODE && o->meta == NULL) break;
     if (text[0] == '\0') {
       say(err, errsize, "%s: empty value", where);
       return 2;
@@ -529,6 +532,13 @@ static const char *positions_name(relcl_positions p) {
   return p == RELCL_POS_ABSOLUTE ? "absolute" : p == RELCL_POS_BOTH ? "both" : "relative";
 }
 
+/* 0.1f as 0.1, not 0.10000000149011612: the value a person would have written */
+static double float_as_written(float v) {
+  char buf[32];
+  fmt_float(buf, sizeof buf, v);
+  return strtod(buf, NULL);
+}
+
 static int apply_preset(train_config *c, const char *name, char *err, size_t errsize) {
   const relcl_model_config *p = relcl_model_preset(name);
   if (!p) {
@@ -540,8 +550,8 @@ static int apply_preset(train_config *c, const char *name, char *err, size_t err
   c->d_model = p->d_model;
   c->heads = p->heads;
   c->d_ff = p->d_ff;
-  c->dropout = p->dropout;
-  c->label_smoothing = p->label_smoothing;
+  c->dropout = float_as_written(p->dropout);
+  c->label_smoothing = float_as_written(p->label_smoothing);
   set_str(&c->positions, positions_name(p->positions));
   c->max_rel = p->max_rel;
   c->rel_per_head = p->rel_per_head;
@@ -562,7 +572,7 @@ static int check_config(const train_config *c, char *err, size_t errsize) {
         c->batch_tokens, c->max_length + 1);
     return 2;
   }
-  if (c->dump_config || c->help) return 0;
+  if (c->dump_config || c->help || c->translate) return 0;
   if (!c->train_src || !c->train_tgt) {
     say(err, errsize, "%s is required (see --help)", !c->train_src ? "--train-src" : "--train-tgt");
     return 2;
@@ -570,6 +580,10 @@ static int check_config(const train_config *c, char *err, size_t errsize) {
   if (!c->valid_src != !c->valid_tgt) {
     say(err, errsize, "%s is given without %s", c->valid_src ? "--valid-src" : "--valid-tgt",
         c->valid_src ? "--valid-tgt" : "--valid-src");
+    return 2;
+  }
+  if (c->valid_bleu > 0 && !c->valid_src) {
+    say(err, errsize, "--valid-bleu needs --valid-src and --valid-tgt");
     return 2;
   }
   return 0;
@@ -635,7 +649,7 @@ int train_config_parse(train_config *cfg, int argc, char **argv, char *err, size
       *(int *)((char *)cfg + o->off) = 1;
       continue;
     }
-    if (o->type == T_MODE) { /* --config FILE */
+    if (o->type == T_MODE) { /* --config FILE, --translate FILE */
       rc = set_value(cfg, o, value, false, where, err, errsize);
       continue;
     }
@@ -671,8 +685,7 @@ void train_config_free(train_config *cfg) {
   if (!cfg) return;
   for (size_t i = 0; i < N_OPTIONS; i++) {
     const opt *o = &options[i];
-    bool str = o->type == T_STR || o->type == T_CHOICE ||
-               (o->type == T_MODE && strcmp(o->name, "config") == 0);
+    bool str = o->type == T_STR || o->type == T_CHOICE || (o->type == T_MODE && o->meta);
     if (str) {
       free(*(char **)((char *)cfg + o->off));
       *(char **)((char *)cfg + o->off) = NULL;
@@ -740,11 +753,11 @@ char *train_config_json(const train_config *cfg, int pretty) {
   sbuf b = {0};
   const char *base = (const char *)cfg;
   bool first = true;
-  sb_add(&b, "{");
+  sb_add(&b, "{%s", pretty ? "\n  " : "");
   for (size_t i = 0; i < N_OPTIONS; i++) {
     const opt *o = &options[i];
     if (o->type == T_MODE || o->type == T_LAYERS) continue;
-    sb_add(&b, "%s%s\"%s\": ", first ? "" : ",", pretty ? "\n  " : "", o->name);
+    sb_add(&b, "%s\"%s\": ", first ? "" : pretty ? ",\n  " : ", ", o->name);
     first = false;
     const void *f = base + o->off;
     char num[40];

@@ -36,10 +36,12 @@ typedef struct train_config {
   char *model_dir;
   int keep;
   int64_t valid_every, log_every;
+  int64_t valid_bleu; /* greedy validation BLEU every N updates (sacrebleu); 0: never */
   int early_stopping; /* 0: off */
   char *log_json;
   /* what to do (not part of the resolved configuration) */
   char *config_file;
+  char *translate; /* --translate FILE: greedy translations instead of training */
   int dump_config, resume, help;
 } train_config;
 

@@ -135,9 +135,101 @@ float relcl_lr_schedule(int d_model, uint64_t step, uint64_t warmup, float scale
 
 /* Greedy decoding of a batch of sources (src as in relcl_model_batch; tgt fields unused):
  * out (batch, max_out) receives ids without BOS, ending at EOS or max_out; out_lens the
- * count of ids before EOS. */
+ * count of ids before EOS. Runs on the cached incremental decoder (relcl_decoder, below),
+ * and gives exactly what relcl_model_beam_search gives with beam_size 1. */
 relcl_status relcl_model_greedy(relcl_model *model, const relcl_model_batch *src, int max_out,
                                 int32_t *out, int32_t *out_lens);
+
+/* ---- incremental decoding (lib/decode.c) ----
+ *
+ * The encoder runs once per batch of sources; the decoder then advances one position per
+ * step and keeps every layer's self-attention keys and values in a cache, so that step t
+ * costs one new position: its query attends to the cached keys 0..t (with relative
+ * positions only that query's 2k+1 relative logits and bucket sums are formed), and the
+ * encoder-decoder attention reads keys and values computed once from the encoder output.
+ * Dropout is off.
+ *
+ * Rows: a decoder holds n_hyps = batch * beam hypotheses; row r decodes source r / beam
+ * (a beam search keeps `beam` rows per sentence; greedy decoding has beam 1). */
+typedef struct relcl_decoder relcl_decoder;
+
+/* Encode src (as in relcl_model_greedy: tgt fields unused) and make room for max_len
+ * decoder positions (0 .. max_len - 1). Device memory: the caches, 4 * dec_layers * n_hyps
+ * * max_len * d_model floats (keys and values, twice: reordering copies from one copy to
+ * the other), plus the encoder-decoder keys and values, 2 * dec_layers * batch * src_len *
+ * d_model floats. The model must outlive the decoder; its parameters are read at every step.
+ * The model's own batch buffers are used only during this call. */
+relcl_status relcl_decoder_create(relcl_model *model, const relcl_model_batch *src, int beam,
+                                  int max_len, relcl_decoder **out);
+void relcl_decoder_destroy(relcl_decoder *dec);
+int relcl_decoder_hyps(const relcl_decoder *dec);     /* n_hyps = batch * beam (now) */
+int relcl_decoder_position(const relcl_decoder *dec); /* steps taken: position of the next input */
+
+/* One step: tokens (n_hyps) are the inputs at position t = relcl_decoder_position() (BOS at
+ * t = 0, then each hypothesis's last token). Leaves the logits of the token at t + 1,
+ * (n_hyps, vocab), on the device. An id outside the vocabulary or a step past max_len is
+ * RELCL_ERR_INVALID_ARG. */
+relcl_status relcl_decoder_step(relcl_decoder *dec, const int32_t *tokens);
+/* The last step's logits (n_hyps, vocab) on the device; overwritten by the next step. */
+relcl_buf relcl_decoder_logits(const relcl_decoder *dec);
+/* The last step's log-probabilities on the host: out (n_hyps, vocab) = z - logsumexp(z) per
+ * row, computed in double from the device's logits. */
+relcl_status relcl_decoder_logprobs(relcl_decoder *dec, float *out);
+/* The last step's most likely token per row, found on the device (the smallest index of the
+ * largest logit): out (n_hyps). */
+relcl_status relcl_decoder_argmax(relcl_decoder *dec, int32_t *out);
+/* Reorder the hypotheses: row r continues from row from[r]'s cache (every position so far),
+ * as after a beam-search step. from[r] must decode the same source as r (from[r] / beam ==
+ * r / beam). A gather on the device; the identity costs nothing. */
+relcl_status relcl_decoder_reorder(relcl_decoder *dec, const int32_t *from);
+/* Keep `batch` of the current sources and reorder their rows: new source j is current
+ * source sources[j], and new row r continues from current row from[r], which must decode
+ * current source sources[r / beam]. n_hyps becomes batch * beam: finished sentences stop
+ * costing anything. Gathers caches and encoder keys and values on the device. */
+relcl_status relcl_decoder_select(relcl_decoder *dec, int batch, const int32_t *sources,
+                                  const int32_t *from);
+
+/* ---- beam search (lib/beam.c) ---- */
+
+typedef struct relcl_beam_opts {
+  int beam_size;        /* hypotheses kept per sentence; 1 is greedy decoding */
+  int n_best;           /* hypotheses returned per sentence, 1 .. beam_size */
+  float length_penalty; /* alpha: hypotheses rank by logprob / ((5 + len) / 6)^alpha, len
+                           counting the EOS (Wu et al. 2016); 0 ranks by log-probability */
+  float max_len_a;      /* sentence i emits at most floor(a * src_lens[i]) + b tokens, EOS */
+  int max_len_b;        /* included, and never more than the model's max_length */
+} relcl_beam_opts;
+
+/* beam 4, n_best 1, length penalty 0.6, a = 1, b = 50 (the source's length + 50) */
+relcl_beam_opts relcl_beam_opts_default(void);
+
+typedef struct relcl_hyp {
+  const int32_t *ids; /* the output, without BOS and EOS; owned by the result */
+  int len;            /* count of ids */
+  int finished;       /* 1: ended with EOS; 0: cut at the sentence's maximum length */
+  double logprob;     /* sum of the log-probabilities of every emitted token, EOS included */
+  double score;       /* logprob / ((5 + len + finished) / 6)^alpha: what ranks hypotheses */
+} relcl_hyp;
+
+typedef struct relcl_beam_result relcl_beam_result;
+
+/* Beam search over a batch of sources (tgt fields unused), every sentence at once
+ * (batch * beam_size decoder rows, relcl_decoder). Each step extends every live hypothesis
+ * of a sentence by every token and keeps the 2 * beam_size best extensions by log-
+ * probability: those ending in EOS among the first beam_size finish, the best beam_size of
+ * the others stay live (fairseq's procedure). A sentence stops when beam_size hypotheses
+ * have finished, or at its maximum length (its live hypotheses are then returned unfinished);
+ * the search stops when every sentence has. Deterministic: equal scores go to the lower row,
+ * then the lower token id, so beam_size 1 gives exactly relcl_model_greedy's output.
+ * *out receives the n-best lists; free it with relcl_beam_result_destroy. */
+relcl_status relcl_model_beam_search(relcl_model *model, const relcl_model_batch *src,
+                                     const relcl_beam_opts *opts, relcl_beam_result **out);
+void relcl_beam_result_destroy(relcl_beam_result *res);
+/* Hypotheses of sentence i (0 .. batch - 1), best score first: count in 1 .. n_best. */
+int relcl_beam_result_count(const relcl_beam_result *res, int i);
+relcl_hyp relcl_beam_result_hyp(const relcl_beam_result *res, int i, int k);
+/* Decoder steps the search ran (every sentence advances together). */
+int relcl_beam_result_steps(const relcl_beam_result *res);
 
 #ifdef __cplusplus
 }

@@ -378,6 +378,7 @@ void relcl_model_destroy(relcl_model *m) {
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     if (bufs[i]) clReleaseMemObject(bufs[i]);
   relcl__model_layout_free(&m->lay);
+  relcl__decode_ws_free(m->dec_ws);
   free(m->tensors);
   free(m->name_at);
   free(m->names);
@@ -484,6 +485,11 @@ static relcl_status check_batch(const relcl_model *m, const relcl_model_batch *b
   return st;
 }
 
+relcl_status relcl__model_check_src(const relcl_model *m, const relcl_model_batch *b,
+                                    const char *op) {
+  return check_batch(m, b, false, op);
+}
+
 static relcl_status finish_stats(relcl_model *m, const relcl_model_batch *b,
                                  relcl_model_stats *stats) {
   float sums[2];
@@ -536,7 +542,7 @@ relcl_status relcl_model_greedy(relcl_model *m, const relcl_model_batch *src, in
                        "are required", op, max_out);
   if ((double)src->batch * (max_out + 1) * m->cfg.d_model * 4 > 4e9)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: batch * max_out too large", op);
-  return relcl__model_greedy(m, src, max_out, out, out_lens);
+  return relcl__decode_greedy(m, src, max_out, out, out_lens);
 }
 
 /* ---- optimizer ---- */

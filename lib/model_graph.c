@@ -20,7 +20,7 @@
 #include <string.h>
 
 enum { LOGIT_FLOATS = 1 << 23 }; /* logits computed per chunk of rows: at most 32 MB */
-static const float LN_EPS = 1e-5f;
+static const float LN_EPS = RELCL__LN_EPS;
 
 /* Dropout streams: stream = ((step * 256 + micro) * 64 + layer) * 16 + site, so every mask
  * of a step is distinct and the same on every run and device. Layers: encoder 0..30,
@@ -644,10 +644,18 @@ relcl_status relcl__model_run(relcl_model *m, const relcl_model_batch *b, bool t
   return RELCL_OK;
 }
 
+relcl_status relcl__model_encode(relcl_model *m, const relcl_model_batch *src) {
+  int n_tokens;
+  TRY(relcl__model_layout(m, src->batch, src->src_len, 1));
+  TRY(relcl__model_upload(m, src, false, false, &n_tokens));
+  pass p = make_pass(m, src->batch, src->src_len, 1, false, 0, 0, 0);
+  return encoder_fwd(&p);
+}
+
 /* ---- greedy decoding: the decoder reruns over the whole prefix at every step ---- */
 
-relcl_status relcl__model_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
-                                 int32_t *out, int32_t *out_lens) {
+relcl_status relcl__model_greedy_full(relcl_model *m, const relcl_model_batch *src,
+                                      int max_out, int32_t *out, int32_t *out_lens) {
   const int B = src->batch, Tcap = max_out;
   relcl_status st = relcl__model_layout(m, B, src->src_len, Tcap);
   int n_tokens;

@@ -8,6 +8,7 @@
 #include "relcl_model.h"
 
 #define RELCL__NONE ((size_t)-1) /* an absent tensor or buffer region */
+#define RELCL__LN_EPS 1e-5f       /* epsilon of every layer norm of the model */
 
 /* Offsets (floats, the same in every arena) of one layer's parameters. */
 typedef struct relcl__ln_p {
@@ -88,6 +89,8 @@ struct relcl_model {
   /* host staging of one batch's ints */
   int32_t *h_ids;
   size_t h_ids_cap;
+  /* decode.c: the incremental decoder's buffers, kept between decoders */
+  struct relcl__dec_ws *dec_ws;
 };
 
 /* model_graph.c */
@@ -97,8 +100,34 @@ void relcl__model_layout_free(relcl__layout *lay);
  * when train. Leaves (loss sum, nll sum) in stats[0..1]. */
 relcl_status relcl__model_run(relcl_model *m, const relcl_model_batch *batch, bool train,
                               uint64_t seed, uint64_t step, int micro, int n_csr_tokens);
-relcl_status relcl__model_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
-                                 int32_t *out, int32_t *out_lens);
+/* Greedy decoding that reruns the decoder over the whole prefix at every step: the
+ * reference the cached decoder is tested and timed against. */
+relcl_status relcl__model_greedy_full(relcl_model *m, const relcl_model_batch *src,
+                                      int max_out, int32_t *out, int32_t *out_lens);
+/* The encoder alone, without dropout: uploads src's ids and leaves the encoder output
+ * (B S, D) at lay.enc_out in act, for the incremental decoder (decode.c). */
+relcl_status relcl__model_encode(relcl_model *m, const relcl_model_batch *src);
+
+/* model.c: the checks relcl_model_greedy makes of a batch of sources (ids in the
+ * vocabulary, lengths, sizes); op names the caller in the message. */
+relcl_status relcl__model_check_src(const relcl_model *m, const relcl_model_batch *b,
+                                    const char *op);
+
+/* decode.c: release the decoder buffers a model keeps (relcl_model_destroy). */
+typedef struct relcl__dec_ws relcl__dec_ws;
+void relcl__decode_ws_free(relcl__dec_ws *ws);
+
+/* decode.c: whether greedy decoding drops finished sentences from a decoder of `rows` rows
+ * when `kept` are left (beam.c follows the same rule at beam 1). */
+bool relcl__decode_compact(int rows, int kept);
+
+/* decode.c: the last step's logits (n_hyps, V) and each row's log-sum-exp (n_hyps), found on
+ * the device: what a beam search needs from a step. */
+relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse);
+
+/* decode.c: greedy decoding through the cached incremental decoder (relcl_model_greedy). */
+relcl_status relcl__decode_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
+                                  int32_t *out, int32_t *out_lens);
 /* Upload a batch's ids (and, for training, the embedding-gradient index); *n_tokens gets the
  * index's distinct ids. */
 relcl_status relcl__model_upload(relcl_model *m, const relcl_model_batch *batch, bool with_tgt,

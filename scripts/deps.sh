@@ -11,6 +11,8 @@ RELCL_DEPS=(
   oclgrind                                             # kernel checker used by the test suite
   g++ libsentencepiece-dev libcjson-dev liblzma-dev    # lib/spm.cc (C++ over SentencePiece), lib/data.c
   sentencepiece                                        # spm_encode/spm_decode, to inspect a model by hand
+  libcairo2-dev libyaml-dev                            # relcl-train: loss plot (PNG), YAML config files
+  python3-venv xz-utils                                # demo.sh: a venv for sacrebleu (BLEU), test set
 )
 
 # Install whatever in RELCL_DEPS is missing; `apt-get update` runs only when something is.

@@ -1,0 +1,253 @@
+/* relcl-average: the element-wise mean of checkpoints made with one configuration, as Vaswani
+ * et al. (2017) averaged the last 5 (base) or 20 (big) checkpoints before decoding. The
+ * arithmetic is relcl_checkpoint_average; this checks the configurations first (to say which
+ * field differs) and puts the SentencePiece model beside the output, so that
+ * `relcl-translate --model OUT` works. */
+#include "relcl.h"
+#include "relcl_checkpoint.h"
+#include "train_config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define PROG "relcl-average"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: " PROG " --output OUT.safetensors CK1 CK2 ...\n"
+          "       " PROG " --model-dir DIR --last N [--output OUT.safetensors]\n"
+          "Averages the parameters of checkpoints made with the same configuration and\n"
+          "vocabulary (the metadata of the last one is kept, plus relcl.average_of).\n\n"
+          "  --output FILE     the averaged checkpoint (with --model-dir: default\n"
+          "                    DIR/average.safetensors; translate it with\n"
+          "                    relcl-translate --model DIR --checkpoint average.safetensors)\n"
+          "  --model-dir DIR   a relcl-train model directory ...\n"
+          "  --last N          ... and its N newest checkpoints\n"
+          "  --help            this text\n"
+          "The SentencePiece model the checkpoints name is copied beside the output when it\n"
+          "is not there. Exit status: 0, 1 for an error (one line), 2 for a usage error.\n");
+}
+
+static int usage_error(const char *fmt, const char *a) {
+  fprintf(stderr, PROG ": ");
+  fprintf(stderr, fmt, a);
+  fprintf(stderr, " (try --help)\n");
+  return 2;
+}
+
+static void dir_of(const char *path, char *buf, size_t size) {
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL) snprintf(buf, size, ".");
+  else if (slash == path) snprintf(buf, size, "/");
+  else snprintf(buf, size, "%.*s", (int)(slash - path), path);
+}
+
+static char *read_all(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  char *buf = NULL;
+  size_t cap = 0, n = 0;
+  for (;;) {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 1 << 16;
+      char *p = realloc(buf, cap);
+      if (p == NULL) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = p;
+    }
+    size_t k = fread(buf + n, 1, cap - n, f);
+    n += k;
+    if (k == 0) break;
+  }
+  bool bad = ferror(f) != 0;
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return NULL;
+  }
+  *size = n;
+  return buf;
+}
+
+/* Copy the vocabulary file from src_dir to dst_dir unless the same bytes are there already.
+ * Returns 0, or 1 after a message. */
+static int copy_vocab(const char *name, const char *src_dir, const char *dst_dir) {
+  char src[PATH_MAX + 256], dst[PATH_MAX + 256], tmp[PATH_MAX + 300];
+  snprintf(src, sizeof src, "%s/%s", src_dir, name);
+  snprintf(dst, sizeof dst, "%s/%s", dst_dir, name);
+  size_t ns = 0, nd = 0;
+  char *a = read_all(src, &ns);
+  if (a == NULL) {
+    fprintf(stderr, PROG ": the checkpoints' SentencePiece model %s: %s\n", src,
+            errno ? strerror(errno) : "cannot read");
+    return 1;
+  }
+  char *b = read_all(dst, &nd);
+  int rc = 0;
+  if (b != NULL) {
+    if (nd != ns || memcmp(a, b, ns) != 0) {
+      fprintf(stderr, PROG ": %s exists and is not the checkpoints' vocabulary %s\n", dst, src);
+      rc = 1;
+    }
+  } else {
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp-average", dst_dir, name);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL || fwrite(a, 1, ns, f) != ns || fflush(f) != 0) {
+      fprintf(stderr, PROG ": %s: %s\n", tmp, strerror(errno));
+      rc = 1;
+    }
+    if (f != NULL && fclose(f) != 0 && rc == 0) {
+      fprintf(stderr, PROG ": %s: %s\n", tmp, strerror(errno));
+      rc = 1;
+    }
+    if (rc == 0 && rename(tmp, dst) != 0) {
+      fprintf(stderr, PROG ": %s: %s\n", dst, strerror(errno));
+      rc = 1;
+    }
+    if (rc) remove(tmp);
+    else fprintf(stderr, PROG ": copied %s beside the output\n", src);
+  }
+  free(a);
+  free(b);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  const char *output = NULL, *model_dir = NULL;
+  int last = 0;
+  const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+  size_t n_in = 0;
+  if (inputs == NULL) return 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0) {
+      usage(stdout);
+      free(inputs);
+      return 0;
+    }
+    if (strcmp(a, "--output") == 0 || strcmp(a, "--model-dir") == 0 ||
+        strcmp(a, "--last") == 0) {
+      if (i + 1 >= argc) {
+        free(inputs);
+        return usage_error("%s needs a value", a);
+      }
+      const char *v = argv[++i];
+      if (a[2] == 'o') output = v;
+      else if (a[2] == 'm') model_dir = v;
+      else {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*v == '\0' || *end || n < 1 || n > 100000) {
+          free(inputs);
+          return usage_error("--last: invalid value '%s'", v);
+        }
+        last = (int)n;
+      }
+    } else if (strncmp(a, "--", 2) == 0) {
+      free(inputs);
+      return usage_error("unknown option '%s'", a);
+    } else {
+      inputs[n_in++] = a;
+    }
+  }
+  int rc = 2;
+  relcl_checkpoint_list list;
+  memset(&list, 0, sizeof list);
+  char out_buf[PATH_MAX + 64];
+  if (model_dir != NULL) {
+    if (n_in > 0 || last < 1) {
+      rc = usage_error("%s", "--model-dir takes --last N and no checkpoint arguments");
+      goto done;
+    }
+    rc = 1;
+    if (relcl_checkpoint_list_dir(model_dir, &list) != RELCL_OK) {
+      fprintf(stderr, PROG ": %s\n", relcl_last_error());
+      goto done;
+    }
+    if (list.count < (size_t)last) {
+      fprintf(stderr, PROG ": %s has %zu checkpoint%s, --last %d asks for more\n", model_dir,
+              list.count, list.count == 1 ? "" : "s", last);
+      goto done;
+    }
+    for (size_t i = list.count - (size_t)last; i < list.count; i++)
+      inputs[n_in++] = list.paths[i];
+    if (output == NULL) {
+      snprintf(out_buf, sizeof out_buf, "%s/average.safetensors", model_dir);
+      output = out_buf;
+    }
+  } else if (last > 0) {
+    rc = usage_error("%s", "--last needs --model-dir");
+    goto done;
+  }
+  if (output == NULL || n_in == 0) {
+    rc = usage_error("%s", "--output and at least one checkpoint are required");
+    goto done;
+  }
+  rc = 1;
+  /* the configurations first, one file at a time: the first difference, named */
+  relcl_model_config first_cfg, cfg;
+  uint64_t first_hash = 0, hash = 0;
+  char spm_name[256] = "spm.model", first_dir[PATH_MAX], err[512];
+  char *first_json = NULL;
+  for (size_t i = 0; i < n_in; i++) {
+    relcl_checkpoint *ck = NULL;
+    if (relcl_checkpoint_open(inputs[i], 0, &ck) != RELCL_OK) {
+      fprintf(stderr, PROG ": %s\n", relcl_last_error());
+      free(first_json);
+      goto done;
+    }
+    const char *mj = relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_CONFIG_KEY);
+    if (mj == NULL || train_model_from_json(mj, &cfg, &hash, err, sizeof err) != 0) {
+      fprintf(stderr, PROG ": %s: not a relcl-train checkpoint: %s\n", inputs[i],
+              mj ? err : "no relcl.config metadata");
+      relcl_checkpoint_close(ck);
+      free(first_json);
+      goto done;
+    }
+    if (i == 0) {
+      first_cfg = cfg;
+      first_hash = hash;
+      first_json = strdup(mj);
+      const char *sp = relcl_checkpoint_meta_get(ck, "relcl.spm_model");
+      if (sp) snprintf(spm_name, sizeof spm_name, "%s", sp);
+      dir_of(inputs[i], first_dir, sizeof first_dir);
+    } else if (train_model_mismatch(&first_cfg, first_hash, &cfg, hash, err, sizeof err) ||
+               strcmp(first_json, mj) != 0) {
+      if (strcmp(first_json, mj) != 0 && err[0] == '\0')
+        snprintf(err, sizeof err, "relcl.config differs");
+      fprintf(stderr, PROG ": %s was made with another configuration than %s: %s\n",
+              inputs[i], inputs[0], err);
+      relcl_checkpoint_close(ck);
+      free(first_json);
+      goto done;
+    }
+    err[0] = '\0';
+    relcl_checkpoint_close(ck);
+  }
+  free(first_json);
+  if (relcl_checkpoint_average(inputs, n_in, output) != RELCL_OK) {
+    fprintf(stderr, PROG ": %s\n", relcl_last_error());
+    goto done;
+  }
+  printf("averaged %zu checkpoint%s into %s\n", n_in, n_in == 1 ? "" : "s", output);
+  char out_dir[PATH_MAX];
+  dir_of(output, out_dir, sizeof out_dir);
+  struct stat a, b;
+  bool same_dir = stat(out_dir, &a) == 0 && stat(first_dir, &b) == 0 && a.st_dev == b.st_dev &&
+                  a.st_ino == b.st_ino;
+  if (!same_dir && copy_vocab(spm_name, first_dir, out_dir)) goto done;
+  rc = 0;
+done:
+  relcl_checkpoint_list_free(&list);
+  free(inputs);
+  return rc;
+}

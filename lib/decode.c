@@ -1,0 +1,582 @@
+/* Incremental decoding: the encoder once per batch, then one decoder position per step over
+ * per-layer key/value caches (Shaw et al. 2018, section 3.3: the new query's relative logits
+ * are q_t . wK[clip(j - t)], so the cache needs nothing beyond keys and values). Greedy
+ * decoding (relcl_model_greedy) runs on it; beam search (beam.c) too.
+ *
+ * Shapes (B sources, beam rows each, N = B beam rows, S source length, Tc cache positions,
+ * D d_model, H heads, dh = D / H, F d_ff, V vocab):
+ *   self-attention cache, per layer, keys and values   (N, H, Tc, dh)
+ *   encoder-decoder keys and values, per layer          (B, H, S, dh)
+ *   step activations                                    (N, D), FFN hidden (N, F)
+ *   logits                                              (N, V)
+ * The encoder-decoder attention of a step is one call per layer with the beam rows of a
+ * sentence as its nq = beam queries: the source's keys are stored once, not beam times.
+ * Every op is the one the full pass uses (model_graph.c), in the same order, so the two
+ * differ only by the rounding of GEMMs of other shapes. */
+#include "model_internal.h"
+#include "relcl_data.h"
+#include "relcl_layers.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* int32 arrays, one buffer each: each is written from its start (Oclgrind takes a host write
+ * at an offset for uninitialized memory). I_TOK (N), I_FROM (N), I_SRCLEN (B), I_ARGMAX (N),
+ * I_SOURCES (B), I_ZEROS (N). */
+enum { I_TOK, I_FROM, I_SRCLEN, I_ARGMAX, I_SOURCES, I_ZEROS, N_IB };
+
+/* The device buffers of a decoder:
+ *   W_WORK            float regions (the step's activations, logits)
+ *   W_IB0 + I_...     the int32 arrays above
+ *   W_MEM, W_MEM2     encoder-decoder keys and values, layer l at 2 l B S D (K, then V); the
+ *                     second receives them when sentences are dropped
+ *   W_CACHE0 + c 2L + 2l + kv   copy c of layer l's keys (kv 0) or values (1), (N, H, Tc, dh)
+ * A model keeps one set between decoders (grown when a batch needs more, released with the
+ * model), so decoding batch after batch allocates nothing in steady state, and Oclgrind,
+ * which misreads buffers created after others were released, sees no release. A decoder
+ * created while another holds the model's set gets its own. */
+enum { W_WORK, W_IB0, W_MEM = W_IB0 + N_IB, W_MEM2, W_CACHE0 };
+
+struct relcl__dec_ws {
+  int n; /* W_CACHE0 + 4 L */
+  cl_mem *buf;
+  size_t *cap; /* elements */
+  bool busy;
+};
+
+struct relcl_decoder {
+  relcl_model *m;
+  relcl_context *ctx;
+  relcl__dec_ws *ws;
+  bool own_ws; /* not the model's: released with the decoder */
+  int B, beam, N, S, Tc, t;
+  int D, H, dh, F, V, L;
+  bool pre;
+  size_t x0, x1, u, a, s, qkv, qh, z, zm, h, mean, rstd, logits, losses; /* in W_WORK */
+  int32_t *src_lens; /* (B) host copy */
+  int cur;           /* the cache copy in use */
+};
+
+#define TRY(call)                    \
+  do {                               \
+    relcl_status st_ = (call);       \
+    if (st_ != RELCL_OK) return st_; \
+  } while (0)
+
+static relcl_buf P(const relcl_decoder *d, size_t off) {
+  return relcl_buf_at(d->m->arena[RELCL_ARENA_PARAMS], off);
+}
+static relcl_buf Wk(const relcl_decoder *d, size_t off) {
+  return relcl_buf_at(d->ws->buf[W_WORK], off);
+}
+static relcl_buf Id(const relcl_decoder *d, int which) {
+  return relcl_buf_at(d->ws->buf[W_IB0 + which], 0);
+}
+static relcl_buf Mem(const relcl_decoder *d, size_t off) {
+  return relcl_buf_at(d->ws->buf[W_MEM], off);
+}
+/* copy c of cache i = 2 l + kv */
+static relcl_buf cache_copy(const relcl_decoder *d, int c, int i) {
+  return relcl_buf_at(d->ws->buf[W_CACHE0 + c * 2 * d->L + i], 0);
+}
+static relcl_buf opt(const relcl_decoder *d, size_t off) {
+  return off == RELCL__NONE ? RELCL_BUF_NONE : P(d, off);
+}
+static relcl_buf cache(const relcl_decoder *d, int l, int kv) {
+  return cache_copy(d, d->cur, 2 * l + kv);
+}
+
+static size_t take(size_t *used, size_t n) {
+  size_t off = (*used + 15) / 16 * 16;
+  *used = off + n;
+  return off;
+}
+
+/* ---- lifetime ---- */
+
+void relcl__decode_ws_free(relcl__dec_ws *ws) {
+  if (ws == NULL) return;
+  for (int i = 0; i < ws->n; i++)
+    if (ws->buf[i]) clReleaseMemObject(ws->buf[i]);
+  free(ws->buf);
+  free(ws->cap);
+  free(ws);
+}
+
+static relcl__dec_ws *ws_new(int L) {
+  relcl__dec_ws *ws = calloc(1, sizeof *ws);
+  if (ws == NULL) return NULL;
+  ws->n = W_CACHE0 + 4 * L;
+  ws->buf = calloc((size_t)ws->n, sizeof *ws->buf);
+  ws->cap = calloc((size_t)ws->n, sizeof *ws->cap);
+  if (ws->buf == NULL || ws->cap == NULL) {
+    relcl__decode_ws_free(ws);
+    return NULL;
+  }
+  return ws;
+}
+
+/* Buffer i of at least n elements: kept when large enough (its old contents are finite
+ * floats or ids), else replaced by a new one, zeroed (CLBlast's tiles may read, then discard,
+ * entries past a matrix's end: they must not be garbage). */
+static relcl_status ws_ensure(relcl_context *ctx, relcl__dec_ws *ws, int i, size_t n) {
+  if (ws->buf[i] && ws->cap[i] >= n) return RELCL_OK;
+  if (ws->buf[i]) clReleaseMemObject(ws->buf[i]);
+  ws->buf[i] = NULL;
+  ws->cap[i] = 0;
+  relcl_status st = relcl_alloc(ctx, n, &ws->buf[i]);
+  if (st == RELCL_OK) st = relcl__fill(ctx, relcl_buf_at(ws->buf[i], 0), 0.0f, n);
+  if (st == RELCL_OK) ws->cap[i] = n;
+  return st;
+}
+
+void relcl_decoder_destroy(relcl_decoder *d) {
+  if (d == NULL) return;
+  if (d->ctx) clFinish(relcl_context_queue(d->ctx));
+  if (d->own_ws) relcl__decode_ws_free(d->ws);
+  else if (d->ws) d->ws->busy = false;
+  free(d->src_lens);
+  free(d);
+}
+
+/* Encoder-decoder keys and values of every layer from the encoder output, as the full pass
+ * computes them: one (Ns, 2D) projection by wk|wv, split into heads. */
+static relcl_status cross_memory(relcl_decoder *d) {
+  relcl_model *m = d->m;
+  const relcl__layout *L = &m->lay;
+  const size_t D = (size_t)d->D, DD = D * D, Ns = (size_t)d->B * d->S;
+  relcl_buf enc = relcl_buf_at(m->act, L->enc_out), tmp = relcl_buf_at(m->work, L->qkv);
+  for (int l = 0; l < d->L; l++) {
+    const relcl__attn_p *ap = &m->dec[l].cross;
+    const size_t k = 2 * (size_t)l * Ns * D, v = k + Ns * D;
+    TRY(relcl_linear_forward(d->ctx, (int)Ns, d->D, 2 * d->D, enc, P(d, ap->wq + DD),
+                             P(d, ap->bq + D), tmp));
+    TRY(relcl_heads_split(d->ctx, d->B, d->S, d->H, d->dh, tmp, 2 * d->D, Mem(d, k)));
+    TRY(relcl_heads_split(d->ctx, d->B, d->S, d->H, d->dh, relcl_buf_at(tmp.mem, tmp.offset + D),
+                          2 * d->D, Mem(d, v)));
+  }
+  return RELCL_OK;
+}
+
+relcl_status relcl_decoder_create(relcl_model *m, const relcl_model_batch *src, int beam,
+                                  int max_len, relcl_decoder **out) {
+  static const char op[] = "relcl_decoder_create";
+  if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: out is NULL", op);
+  *out = NULL;
+  relcl_status st = relcl__model_check_src(m, src, op);
+  if (st != RELCL_OK) return st;
+  const relcl_model_config *c = &m->cfg;
+  if (beam < 1 || max_len < 1 || (double)src->batch * beam > (1 << 20) ||
+      (double)src->batch * beam * max_len * c->d_model * 4 > 4e9)
+    return relcl__fail(RELCL_ERR_INVALID_ARG,
+                       "%s: beam=%d and max_len=%d must be > 0, and batch * beam * max_len * "
+                       "d_model under 2^30",
+                       op, beam, max_len);
+  relcl_decoder *d = calloc(1, sizeof *d);
+  if (d == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  d->m = m;
+  d->ctx = m->ctx;
+  d->B = src->batch;
+  d->beam = beam;
+  d->N = src->batch * beam;
+  d->S = src->src_len;
+  d->Tc = max_len;
+  d->D = c->d_model;
+  d->H = c->heads;
+  d->dh = c->d_model / c->heads;
+  d->F = c->d_ff;
+  d->V = c->vocab;
+  d->L = c->dec_layers;
+  d->pre = c->pre_norm != 0;
+  const size_t N = (size_t)d->N, D = (size_t)d->D;
+  size_t used = 0;
+  d->x0 = take(&used, N * D);
+  d->x1 = take(&used, N * D);
+  d->u = take(&used, N * D);
+  d->a = take(&used, N * D);
+  d->s = take(&used, N * D);
+  d->qkv = take(&used, 3 * N * D);
+  d->qh = take(&used, N * D);
+  d->z = take(&used, N * D);
+  d->zm = take(&used, N * D);
+  d->h = take(&used, N * (size_t)d->F);
+  d->mean = take(&used, N);
+  d->rstd = take(&used, N);
+  d->logits = take(&used, N * (size_t)d->V);
+  d->losses = take(&used, 2 * N);
+  const size_t cache_n = N * (size_t)d->Tc * D, mem_n = 2 * (size_t)d->L * d->B * d->S * D;
+  d->src_lens = malloc((size_t)d->B * sizeof *d->src_lens);
+  if (d->src_lens == NULL) {
+    st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto fail;
+  }
+  memcpy(d->src_lens, src->src_lens, (size_t)d->B * sizeof *d->src_lens);
+  if (m->dec_ws == NULL) m->dec_ws = ws_new(d->L);
+  if (m->dec_ws != NULL && !m->dec_ws->busy) {
+    d->ws = m->dec_ws;
+  } else {
+    d->ws = ws_new(d->L);
+    d->own_ws = true;
+  }
+  if (d->ws == NULL) {
+    st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto fail;
+  }
+  d->ws->busy = true;
+  {
+    const size_t n_ib[N_IB] = {N, N, (size_t)d->B, N, (size_t)d->B, N};
+    if ((st = ws_ensure(d->ctx, d->ws, W_WORK, used)) != RELCL_OK ||
+        (st = ws_ensure(d->ctx, d->ws, W_MEM, mem_n)) != RELCL_OK ||
+        (st = ws_ensure(d->ctx, d->ws, W_MEM2, mem_n)) != RELCL_OK)
+      goto fail;
+    for (int i = 0; i < N_IB; i++)
+      if ((st = ws_ensure(d->ctx, d->ws, W_IB0 + i, n_ib[i])) != RELCL_OK) goto fail;
+    for (int i = 0; i < 4 * d->L; i++)
+      if ((st = ws_ensure(d->ctx, d->ws, W_CACHE0 + i, cache_n)) != RELCL_OK) goto fail;
+    /* I_ZEROS must hold zeros: a reused buffer may hold anything */
+    if ((st = relcl__fill(d->ctx, Id(d, I_ZEROS), 0.0f, N)) != RELCL_OK ||
+        (st = relcl_write(d->ctx, Id(d, I_SRCLEN), src->src_lens, (size_t)d->B)) != RELCL_OK)
+      goto fail;
+  }
+  if ((st = relcl__model_encode(m, src)) != RELCL_OK || (st = cross_memory(d)) != RELCL_OK)
+    goto fail;
+  *out = d;
+  return RELCL_OK;
+fail:
+  relcl_decoder_destroy(d);
+  return st;
+}
+
+int relcl_decoder_hyps(const relcl_decoder *d) { return d ? d->N : 0; }
+int relcl_decoder_position(const relcl_decoder *d) { return d ? d->t : 0; }
+relcl_buf relcl_decoder_logits(const relcl_decoder *d) {
+  return d ? Wk(d, d->logits) : RELCL_BUF_NONE;
+}
+
+/* ---- one step ---- */
+
+typedef enum { SUB_SELF, SUB_CROSS, SUB_FFN } sub_kind;
+
+static relcl_status launch3(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *a,
+                            size_t n0, size_t n1, size_t n2) {
+  size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
+  size_t global[3] = {(n0 + w - 1) / w * w, n1, n2}, local[3] = {w, 1, 1};
+  return relcl__launch(ctx, k, a, 3, global, local);
+}
+
+static void buf_arg(relcl__args *a, relcl_buf b) {
+  cl_uint off = (cl_uint)b.offset;
+  RELCL__ARG(a, b.mem);
+  RELCL__ARG(a, off);
+}
+
+/* Keys or values of the new position (columns col.. of qkv (N, 3D)) into the cache at t. */
+static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
+  relcl__kernel_entry *k;
+  TRY(relcl__kernel(d->ctx, "decode", "cache_put", &k));
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  int ld = 3 * d->D;
+  buf_arg(&a, Wk(d, d->qkv + col));
+  RELCL__ARG(&a, ld);
+  buf_arg(&a, dst);
+  RELCL__ARG(&a, d->H);
+  RELCL__ARG(&a, d->Tc);
+  RELCL__ARG(&a, d->dh);
+  RELCL__ARG(&a, d->t);
+  RELCL__ARG(&a, d->N);
+  return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
+}
+
+/* Row r of dst = the first t positions of row from[r] of src, for n rows (I_FROM). */
+static relcl_status cache_gather(relcl_decoder *d, relcl_buf src, relcl_buf dst, int n) {
+  relcl__kernel_entry *k;
+  TRY(relcl__kernel(d->ctx, "decode", "cache_gather", &k));
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, Id(d, I_FROM));
+  buf_arg(&a, src);
+  buf_arg(&a, dst);
+  RELCL__ARG(&a, d->H);
+  RELCL__ARG(&a, d->Tc);
+  RELCL__ARG(&a, d->dh);
+  RELCL__ARG(&a, d->t);
+  RELCL__ARG(&a, n);
+  return launch3(d->ctx, k, &a, (size_t)d->t * d->dh, (size_t)d->H, (size_t)n);
+}
+
+/* a = F(u), F one sub-layer of decoder layer l. */
+static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u) {
+  relcl_context *ctx = d->ctx;
+  const relcl__dec_p *dp = &d->m->dec[l];
+  const int N = d->N, D = d->D;
+  relcl_buf a = Wk(d, d->a);
+  if (kind == SUB_FFN) {
+    TRY(relcl_linear_forward(ctx, N, D, d->F, u, P(d, dp->ffn.w1), P(d, dp->ffn.b1),
+                             Wk(d, d->h)));
+    TRY(relcl_relu_forward(ctx, (size_t)N * d->F, Wk(d, d->h), Wk(d, d->h)));
+    return relcl_linear_forward(ctx, N, d->F, D, Wk(d, d->h), P(d, dp->ffn.w2),
+                                P(d, dp->ffn.b2), a);
+  }
+  const relcl_model_config *c = &d->m->cfg;
+  if (kind == SUB_SELF) {
+    const relcl__attn_p *ap = &dp->self;
+    TRY(relcl_linear_forward(ctx, N, D, 3 * D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
+    TRY(cache_put(d, (size_t)D, cache(d, l, 0)));
+    TRY(cache_put(d, 2 * (size_t)D, cache(d, l, 1)));
+    /* (N, 1 position, H, dh) -> (N, H, 1, dh) */
+    TRY(relcl_heads_split(ctx, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
+    relcl_attn_desc desc = relcl_attn_desc_self(N, d->H, 1, d->dh, c->max_rel);
+    desc.nk = d->t + 1;
+    desc.q_pos0 = d->t;
+    desc.causal = 1;
+    desc.relative = ap->rel_k != RELCL__NONE;
+    desc.per_head = c->rel_per_head;
+    desc.keys_only = c->rel_keys_only;
+    TRY(relcl__attn_forward_strided(ctx, &desc, Wk(d, d->qh), cache(d, l, 0), cache(d, l, 1),
+                                    (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
+                                    RELCL_BUF_NONE, Wk(d, d->z), RELCL_BUF_NONE));
+    /* (N, H, 1, dh) is already (N, D) */
+    return relcl_linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), P(d, ap->bo), a);
+  }
+  const relcl__attn_p *ap = &dp->cross;
+  const size_t k = 2 * (size_t)l * d->B * d->S * D, v = k + (size_t)d->B * d->S * D;
+  TRY(relcl_linear_forward(ctx, N, D, D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
+  /* the beam rows of a sentence are its queries: (B, beam, D) -> (B, H, beam, dh) */
+  TRY(relcl_heads_split(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
+  relcl_attn_desc desc = relcl_attn_desc_cross(d->B, d->H, d->beam, d->S, d->dh);
+  TRY(relcl_attn_forward(ctx, &desc, Wk(d, d->qh), Mem(d, k), Mem(d, v), RELCL_BUF_NONE, RELCL_BUF_NONE,
+                         Id(d, I_SRCLEN), Wk(d, d->z), RELCL_BUF_NONE));
+  TRY(relcl_heads_merge(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
+  return relcl_linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), P(d, ap->bo), a);
+}
+
+/* One residual block from x_in into x_out (model_graph.c's block_fwd without dropout; the
+ * residual add is the same dropout kernel at p = 0, for the same rounding). */
+static relcl_status block_fwd(relcl_decoder *d, int l, sub_kind kind, size_t x_in,
+                              size_t x_out) {
+  const relcl__dec_p *dp = &d->m->dec[l];
+  const relcl__ln_p *ln = kind == SUB_SELF ? &dp->n1 : kind == SUB_CROSS ? &dp->n2 : &dp->n3;
+  const int N = d->N, D = d->D;
+  const size_t n = (size_t)N * D;
+  if (d->pre) {
+    TRY(relcl_layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, x_in), P(d, ln->g),
+                                P(d, ln->b), Wk(d, d->u), Wk(d, d->mean), Wk(d, d->rstd)));
+    TRY(sub_fwd(d, l, kind, Wk(d, d->u)));
+    return relcl_dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in),
+                                 Wk(d, x_out));
+  }
+  TRY(sub_fwd(d, l, kind, Wk(d, x_in)));
+  TRY(relcl_dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in), Wk(d, d->s)));
+  return relcl_layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, d->s), P(d, ln->g),
+                                 P(d, ln->b), Wk(d, x_out), Wk(d, d->mean), Wk(d, d->rstd));
+}
+
+relcl_status relcl_decoder_step(relcl_decoder *d, const int32_t *tokens) {
+  static const char op[] = "relcl_decoder_step";
+  if (d == NULL || tokens == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: decoder and tokens are required", op);
+  if (d->t >= d->Tc)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: all %d positions are used", op, d->Tc);
+  for (int r = 0; r < d->N; r++)
+    if (tokens[r] < 0 || tokens[r] >= d->V)
+      return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: tokens[%d] = %d is outside 0..%d", op, r,
+                         (int)tokens[r], d->V - 1);
+  relcl_model *m = d->m;
+  const int N = d->N, D = d->D;
+  TRY(relcl_write(d->ctx, Id(d, I_TOK), tokens, (size_t)N));
+  TRY(relcl_embedding_forward(d->ctx, N, D, d->V, Id(d, I_TOK), P(d, m->emb),
+                              sqrtf((float)D), Wk(d, d->x0)));
+  if (m->cfg.positions & RELCL_POS_ABSOLUTE)
+    TRY(relcl_posenc_add(d->ctx, Wk(d, d->x0), N, 1, D, d->t));
+  size_t x = d->x0, y = d->x1;
+  for (int l = 0; l < d->L; l++)
+    for (int k = 0; k < 3; k++) {
+      TRY(block_fwd(d, l, (sub_kind)k, x, y));
+      size_t s = x;
+      x = y;
+      y = s;
+    }
+  if (d->pre) {
+    TRY(relcl_layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, x), P(d, m->dec_norm.g),
+                                P(d, m->dec_norm.b), Wk(d, y), Wk(d, d->mean),
+                                Wk(d, d->rstd)));
+    x = y;
+  }
+  /* logits = out E^T: the tied output embedding, as in the full pass */
+  TRY(relcl__gemm(d->ctx, false, true, (size_t)N, (size_t)d->V, (size_t)D, 1.0f, Wk(d, x),
+                  (size_t)D, 0, P(d, m->emb), (size_t)D, 0, 0.0f, Wk(d, d->logits),
+                  (size_t)d->V, 0, 1));
+  d->t++;
+  return RELCL_OK;
+}
+
+relcl_status relcl_decoder_logprobs(relcl_decoder *d, float *out) {
+  if (d == NULL || out == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_logprobs: NULL argument");
+  const size_t V = (size_t)d->V;
+  TRY(relcl_read(d->ctx, Wk(d, d->logits), out, (size_t)d->N * V));
+  for (int r = 0; r < d->N; r++) {
+    float *z = out + (size_t)r * V;
+    double mx = -INFINITY, se = 0.0;
+    for (size_t v = 0; v < V; v++)
+      if (z[v] > mx) mx = z[v];
+    for (size_t v = 0; v < V; v++) se += exp((double)z[v] - mx);
+    const double lse = mx + log(se);
+    for (size_t v = 0; v < V; v++) z[v] = (float)((double)z[v] - lse);
+  }
+  return RELCL_OK;
+}
+
+relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse) {
+  const size_t N = (size_t)d->N, V = (size_t)d->V;
+  /* the loss kernel's NLL of target 0 is lse - z_0 (a stable log-sum-exp per row, on the
+   * device): lse = that + z_0 */
+  TRY(relcl_xent_forward_backward(d->ctx, d->N, d->V, 0.0f, -1, Wk(d, d->logits),
+                                  Id(d, I_ZEROS), 1.0f, RELCL_BUF_NONE, Wk(d, d->losses)));
+  TRY(relcl_read(d->ctx, Wk(d, d->logits), logits, N * V));
+  float *l = malloc(2 * N * sizeof *l);
+  if (l == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  relcl_status st = relcl_read(d->ctx, Wk(d, d->losses), l, 2 * N);
+  for (size_t r = 0; st == RELCL_OK && r < N; r++)
+    lse[r] = (double)l[2 * r + 1] + (double)logits[r * V];
+  free(l);
+  return st;
+}
+
+relcl_status relcl_decoder_argmax(relcl_decoder *d, int32_t *out) {
+  if (d == NULL || out == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_argmax: NULL argument");
+  TRY(relcl_argmax_rows(d->ctx, d->N, d->V, Wk(d, d->logits), d->V, Id(d, I_ARGMAX)));
+  return relcl_read(d->ctx, Id(d, I_ARGMAX), out, (size_t)d->N);
+}
+
+relcl_status relcl_decoder_select(relcl_decoder *d, int batch, const int32_t *sources,
+                                  const int32_t *from) {
+  static const char op[] = "relcl_decoder_select";
+  if (d == NULL || sources == NULL || from == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: decoder, sources and from are required", op);
+  if (batch < 1 || batch > d->B)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: batch=%d must be in 1..%d", op, batch, d->B);
+  const int K = d->beam, N = batch * K;
+  bool same_sources = batch == d->B, identity;
+  for (int j = 0; j < batch; j++) {
+    if (sources[j] < 0 || sources[j] >= d->B)
+      return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: sources[%d] = %d is outside 0..%d", op, j,
+                         (int)sources[j], d->B - 1);
+    same_sources = same_sources && sources[j] == j;
+  }
+  identity = same_sources;
+  for (int r = 0; r < N; r++) {
+    if (from[r] < 0 || from[r] >= d->N || from[r] / K != sources[r / K])
+      return relcl__fail(RELCL_ERR_INVALID_ARG,
+                         "%s: from[%d] = %d is not a row of source %d", op, r, (int)from[r],
+                         (int)sources[r / K]);
+    identity = identity && from[r] == r;
+  }
+  if (identity) return RELCL_OK;
+  /* gathers into the other copy of the caches (the positions so far) and of the encoder's
+   * keys and values ((H, S, dh) a row: the embedding kernel at scale 1, an exact copy) */
+  if (d->t > 0) {
+    TRY(relcl_write(d->ctx, Id(d, I_FROM), from, (size_t)N));
+    for (int i = 0; i < 2 * d->L; i++)
+      TRY(cache_gather(d, cache_copy(d, d->cur, i), cache_copy(d, 1 - d->cur, i), N));
+    d->cur = 1 - d->cur;
+  }
+  if (!same_sources) {
+    const size_t BSD = (size_t)d->B * d->S * d->D, bSD = (size_t)batch * d->S * d->D;
+    TRY(relcl_write(d->ctx, Id(d, I_SOURCES), sources, (size_t)batch));
+    for (int i = 0; i < 2 * d->L; i++) /* layer i / 2, keys then values: packed anew */
+      TRY(relcl_embedding_forward(d->ctx, batch, d->S * d->D, d->B, Id(d, I_SOURCES),
+                                  Mem(d, (size_t)i * BSD), 1.0f,
+                                  relcl_buf_at(d->ws->buf[W_MEM2], (size_t)i * bSD)));
+    cl_mem m = d->ws->buf[W_MEM];
+    size_t c = d->ws->cap[W_MEM];
+    d->ws->buf[W_MEM] = d->ws->buf[W_MEM2];
+    d->ws->cap[W_MEM] = d->ws->cap[W_MEM2];
+    d->ws->buf[W_MEM2] = m;
+    d->ws->cap[W_MEM2] = c;
+    /* sources may repeat or go backwards: a copy first */
+    int32_t *lens = malloc((size_t)batch * sizeof *lens);
+    if (lens == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (int j = 0; j < batch; j++) lens[j] = d->src_lens[sources[j]];
+    memcpy(d->src_lens, lens, (size_t)batch * sizeof *lens);
+    free(lens);
+    TRY(relcl_write(d->ctx, Id(d, I_SRCLEN), d->src_lens, (size_t)batch));
+    d->B = batch;
+  }
+  d->N = N;
+  return RELCL_OK;
+}
+
+relcl_status relcl_decoder_reorder(relcl_decoder *d, const int32_t *from) {
+  if (d == NULL || from == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_reorder: decoder and from are "
+                       "required");
+  int32_t *sources = malloc((size_t)d->B * sizeof *sources);
+  if (sources == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (int j = 0; j < d->B; j++) sources[j] = j;
+  relcl_status st = relcl_decoder_select(d, d->B, sources, from);
+  free(sources);
+  return st;
+}
+
+/* ---- greedy decoding ---- */
+
+bool relcl__decode_compact(int rows, int kept) { return kept < rows && 4 * kept <= 3 * rows; }
+
+relcl_status relcl__decode_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
+                                  int32_t *out, int32_t *out_lens) {
+  const int B = src->batch;
+  relcl_decoder *d = NULL;
+  /* row j of the decoder decodes sentence act[j] */
+  int32_t *tok = malloc((size_t)B * sizeof *tok), *next = malloc((size_t)B * sizeof *next);
+  int32_t *act = malloc((size_t)B * sizeof *act), *kept = malloc((size_t)B * sizeof *kept);
+  char *done = calloc((size_t)B, 1);
+  relcl_status st = RELCL_OK;
+  if (tok == NULL || next == NULL || act == NULL || kept == NULL || done == NULL) {
+    st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto fail;
+  }
+  if ((st = relcl_decoder_create(m, src, 1, max_out, &d)) != RELCL_OK) goto fail;
+  for (size_t i = 0; i < (size_t)B * max_out; i++) out[i] = RELCL_PAD_ID;
+  for (int b = 0; b < B; b++) {
+    out_lens[b] = max_out;
+    tok[b] = RELCL_BOS_ID;
+    act[b] = b;
+  }
+  int rows = B;
+  for (int t = 0; t < max_out; t++) {
+    if ((st = relcl_decoder_step(d, tok)) != RELCL_OK ||
+        (st = relcl_decoder_argmax(d, next)) != RELCL_OK)
+      goto fail;
+    int n_kept = 0;
+    for (int j = 0; j < rows; j++) {
+      const int b = act[j];
+      tok[j] = next[j];
+      if (done[b]) continue;
+      out[(size_t)b * max_out + t] = next[j];
+      if (next[j] == RELCL_EOS_ID) {
+        done[b] = 1;
+        out_lens[b] = t;
+      } else {
+        kept[n_kept++] = j;
+      }
+    }
+    if (n_kept == 0) break;
+    if (!relcl__decode_compact(rows, n_kept)) continue;
+    for (int j = 0; j < n_kept; j++) { /* rows only move down */
+      act[j] = act[kept[j]];
+      tok[j] = tok[kept[j]];
+    }
+    if ((st = relcl_decoder_select(d, n_kept, kept, kept)) != RELCL_OK) goto fail;
+    rows = n_kept;
+  }
+fail:
+  relcl_decoder_destroy(d);
+  free(tok);
+  free(next);
+  free(act);
+  free(kept);
+  free(done);
+  return st;
+}
