@@ -40,7 +40,7 @@ static void usage(FILE *out) {
           "  --max-extra N          the same as --max-length-a 1 --max-length-b N\n"
           "  --n-best N             print N hypotheses a sentence as 'LINE ||| TEXT ||| SCORE'\n"
           "                         (LINE from 0, best first; 1: plain text, the default)\n"
-          "  --batch-size N         sentences decoded together (32)\n"
+          "  --batch-size N         sentences decoded together (64; device memory grows with it)\n"
           "  --device SPEC          OpenCL device, as RELCL_DEVICE (\"P:D\" or a name substring)\n"
           "  --quiet                no summary on standard error\n"
           "  --help                 this text\n\n"
@@ -79,7 +79,7 @@ static int parse_args(opts *o, int argc, char **argv) {
   memset(o, 0, sizeof *o);
   o->beam = 4;
   o->n_best = 1;
-  o->batch_size = 32;
+  o->batch_size = 64;
   o->length_penalty = 0.6;
   o->max_len_a = 1.0;
   o->max_len_b = 50;

@@ -145,9 +145,9 @@ relcl_status relcl_model_greedy(relcl_model *model, const relcl_model_batch *src
  * The encoder runs once per batch of sources; the decoder then advances one position per
  * step and keeps every layer's self-attention keys and values in a cache, so that step t
  * costs one new position: its query attends to the cached keys 0..t (with relative
- * positions only that query's 2k+1 relative logits and bucket sums are formed), and the
- * encoder-decoder attention reads keys and values computed once from the encoder output.
- * Dropout is off.
+ * positions only that query's 2k+1 relative logits and label sums are formed: no work over
+ * the prefix beyond the content terms), and the encoder-decoder attention reads keys and
+ * values computed once from the encoder output. Dropout is off.
  *
  * Rows: a decoder holds n_hyps = batch * beam hypotheses; row r decodes source r / beam
  * (a beam search keeps `beam` rows per sentence; greedy decoding has beam 1). */

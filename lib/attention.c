@@ -217,28 +217,10 @@ static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
 relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
-  if (desc == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: desc is NULL");
-  return relcl__attn_forward_strided(ctx, desc, Q, K, V,
-                                     (size_t)desc->nk * (size_t)desc->head_dim, wK, wV,
-                                     key_len, Z, probs);
-}
-
-relcl_status relcl__attn_forward_strided(relcl_context *ctx, const relcl_attn_desc *desc,
-                                         relcl_buf Q, relcl_buf K, relcl_buf V,
-                                         size_t kv_stride, relcl_buf wK, relcl_buf wV,
-                                         relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p;
   relcl_status st = make_plan(desc, &p);
-  if (st == RELCL_OK && kv_stride < p.nk * p.d)
-    st = relcl__fail(RELCL_ERR_INVALID_ARG, "attention: kv_stride=%zu is below nk * head_dim",
-                     kv_stride);
   if (st == RELCL_OK) st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
-  /* the last (b, h) matrix ends (BH - 1) strides + nk d past the start */
-  if (st == RELCL_OK)
-    st = relcl__check_buf(K, (p.BH - 1) * kv_stride + p.nk * p.d, "K");
-  if (st == RELCL_OK)
-    st = relcl__check_buf(V, (p.BH - 1) * kv_stride + p.nk * p.d, "V");
   if (st == RELCL_OK) st = relcl__check_buf(Z, p.rows * p.d, "Z");
   if (st == RELCL_OK && probs.mem) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
   if (st != RELCL_OK) return st;
@@ -258,7 +240,7 @@ relcl_status relcl__attn_forward_strided(relcl_context *ctx, const relcl_attn_de
 
   /* S = Q K^T per (b, h) */
   st = relcl__gemm(ctx, false, true, p.nq, p.nk, p.d, 1.0f, Q, p.d, p.nq * p.d, K, p.d,
-                   kv_stride, 0.0f, Sb, p.nk, p.nq * p.nk, p.BH);
+                   p.nk * p.d, 0.0f, Sb, p.nk, p.nq * p.nk, p.BH);
   if (st != RELCL_OK) goto done;
   /* P = Q wK^T over the labels in use */
   if (p.rel && (st = labels_from(ctx, &p, desc->per_head, Q, wK, Pb)) != RELCL_OK) goto done;
@@ -280,7 +262,7 @@ relcl_status relcl__attn_forward_strided(relcl_context *ctx, const relcl_attn_de
 
   /* Z = alpha' V (+ B' wV) */
   st = relcl__gemm(ctx, false, false, p.nq, p.d, p.nk, 1.0f, Sb, p.nk, p.nq * p.nk, V, p.d,
-                   kv_stride, 0.0f, Z, p.d, p.nq * p.d, p.BH);
+                   p.nk * p.d, 0.0f, Z, p.d, p.nq * p.d, p.BH);
   if (st == RELCL_OK && p.rel_v) st = add_from_labels(ctx, &p, desc->per_head, Bb, wV, Z);
 done:
   relcl__pool_put(ctx, S);

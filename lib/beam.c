@@ -182,20 +182,20 @@ static void sentence_step(search *s, int b, int j, int t) {
     if (last) {
       add_fin(s, b, h, t, c->tok, c->score, 0);
     } else {
-      const int j = base + n_live;
-      int32_t *hn = s->hist[1] + (size_t)j * Tc;
+      const int r = base + n_live;
+      int32_t *hn = s->hist[1] + (size_t)r * Tc;
       memcpy(hn, h, (size_t)t * sizeof *h);
       hn[t] = c->tok;
-      s->from[j] = base + c->slot;
-      s->tok[j] = c->tok;
+      s->from[r] = base + c->slot;
+      s->tok[r] = c->tok;
       s->next_live[n_live] = c->score;
     }
     n_live++;
   }
-  for (int j = 0; j < K; j++) s->live[base + j] = j < n_live ? s->next_live[j] : -INFINITY;
+  for (int i = 0; i < K; i++) s->live[base + i] = i < n_live ? s->next_live[i] : -INFINITY;
   if (last || n_live == 0 || s->n_fin[b] >= K) {
     s->done[b] = 1;
-    for (int j = 0; j < K; j++) s->live[base + j] = -INFINITY;
+    for (int i = 0; i < K; i++) s->live[base + i] = -INFINITY;
   }
 }
 
@@ -263,9 +263,9 @@ relcl_status relcl_model_beam_search(relcl_model *m, const relcl_model_batch *sr
   s.done = calloc((size_t)B, 1);
   s.act = malloc((size_t)B * sizeof *s.act);
   s.kept = malloc((size_t)B * sizeof *s.kept);
-  if (!s.live || !s.next_live || !s.hist[0] || !s.hist[1] || !s.tok || !s.from || !s.logits || !s.lse || !s.cands ||
-      !s.top || !s.fins || !s.fin_ids || !s.n_fin || !s.done ||
-      !s.act || !s.kept) {
+  if (!s.live || !s.next_live || !s.hist[0] || !s.hist[1] || !s.tok || !s.from || !s.logits ||
+      !s.lse || !s.cands || !s.top || !s.fins || !s.fin_ids || !s.n_fin || !s.done || !s.act ||
+      !s.kept) {
     st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
     goto fail;
   }

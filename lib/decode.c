@@ -11,8 +11,10 @@
  *   logits                                              (N, V)
  * The encoder-decoder attention of a step is one call per layer with the beam rows of a
  * sentence as its nq = beam queries: the source's keys are stored once, not beam times.
- * Every op is the one the full pass uses (model_graph.c), in the same order, so the two
- * differ only by the rounding of GEMMs of other shapes. */
+ * Both attentions of a step run in kernels/decode.cl's attn_step (one work-group per query
+ * row: the relative terms cost the labels in use, the prefix only its content terms); every
+ * other op is the one the full pass uses (model_graph.c), in the same order, so the two
+ * differ only in summation order (the fused attention, GEMMs of other shapes). */
 #include "model_internal.h"
 #include "relcl_data.h"
 #include "relcl_layers.h"
@@ -53,7 +55,8 @@ struct relcl_decoder {
   int B, beam, N, S, Tc, t;
   int D, H, dh, F, V, L;
   bool pre;
-  size_t x0, x1, u, a, s, qkv, qh, z, zm, h, mean, rstd, logits, losses; /* in W_WORK */
+  size_t x0, x1, u, a, s, qkv, qh, z, zm, h, mean, rstd, logits, losses, probs; /* W_WORK */
+  size_t pw; /* floats per query row in probs: weights, label logits, label sums */
   int32_t *src_lens; /* (B) host copy */
   int cur;           /* the cache copy in use */
 };
@@ -119,9 +122,11 @@ static relcl__dec_ws *ws_new(int L) {
 
 /* Buffer i of at least n elements: kept when large enough (its old contents are finite
  * floats or ids), else replaced by a new one, zeroed (CLBlast's tiles may read, then discard,
- * entries past a matrix's end: they must not be garbage). */
+ * entries past a matrix's end: they must not be garbage). A buffer that grows grows by half
+ * at least: batches sorted by length ask for a little more each time. */
 static relcl_status ws_ensure(relcl_context *ctx, relcl__dec_ws *ws, int i, size_t n) {
   if (ws->buf[i] && ws->cap[i] >= n) return RELCL_OK;
+  if (ws->buf[i] && n < ws->cap[i] + ws->cap[i] / 2) n = ws->cap[i] + ws->cap[i] / 2;
   if (ws->buf[i]) clReleaseMemObject(ws->buf[i]);
   ws->buf[i] = NULL;
   ws->cap[i] = 0;
@@ -205,6 +210,8 @@ relcl_status relcl_decoder_create(relcl_model *m, const relcl_model_batch *src, 
   d->rstd = take(&used, N);
   d->logits = take(&used, N * (size_t)d->V);
   d->losses = take(&used, 2 * N);
+  d->pw = (size_t)(d->Tc > d->S ? d->Tc : d->S) + 2 * (2 * (size_t)c->max_rel + 1);
+  d->probs = take(&used, N * (size_t)d->H * d->pw);
   const size_t cache_n = N * (size_t)d->Tc * D, mem_n = 2 * (size_t)d->L * d->B * d->S * D;
   d->src_lens = malloc((size_t)d->B * sizeof *d->src_lens);
   if (d->src_lens == NULL) {
@@ -288,6 +295,53 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
 }
 
+enum { STEP_REL_K = 1, STEP_REL_V = 2, STEP_PER_HEAD = 4, STEP_CAUSAL = 8, STEP_KEY_LEN = 16 };
+
+/* Attention of nq queries per (b, h) of Q (B, H, nq, dh) over nk keys of K, V (matrix bh at
+ * bh kv_stride) into Z, by kernels/decode.cl's attn_step (the decoder's shapes: see there).
+ * Relative tables wK, wV as in relcl_attn_forward (absent: no relative term). */
+static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos0, int flags,
+                              relcl_buf Q, relcl_buf K, relcl_buf V, size_t kv_stride,
+                              relcl_buf wK, relcl_buf wV, relcl_buf key_len, relcl_buf Z) {
+  relcl__kernel_entry *kern;
+  TRY(relcl__kernel(d->ctx, "decode", "attn_step", &kern));
+  const relcl_model_config *c = &d->m->cfg;
+  if (wK.mem) flags |= STEP_REL_K;
+  if (wV.mem) flags |= STEP_REL_V;
+  if ((flags & (STEP_REL_K | STEP_REL_V)) && c->rel_per_head) flags |= STEP_PER_HEAD;
+  if (key_len.mem) flags |= STEP_KEY_LEN;
+  relcl_buf none = Wk(d, 0); /* unused arguments still need a buffer */
+  cl_uint stride = (cl_uint)kv_stride;
+  int k = c->max_rel;
+  float scale = (float)(1.0 / sqrt((double)d->dh));
+  relcl__args a = {kern->kernel, 0, CL_SUCCESS};
+  buf_arg(&a, Q);
+  buf_arg(&a, K);
+  buf_arg(&a, V);
+  RELCL__ARG(&a, stride);
+  buf_arg(&a, wK.mem ? wK : none);
+  buf_arg(&a, wV.mem ? wV : none);
+  buf_arg(&a, key_len.mem ? key_len : Id(d, I_ZEROS));
+  cl_uint pw = (cl_uint)d->pw;
+  buf_arg(&a, Wk(d, d->probs));
+  RELCL__ARG(&a, pw);
+  buf_arg(&a, Z);
+  RELCL__ARG(&a, d->H);
+  RELCL__ARG(&a, nq);
+  RELCL__ARG(&a, nk);
+  RELCL__ARG(&a, d->dh);
+  RELCL__ARG(&a, k);
+  RELCL__ARG(&a, q_pos0);
+  RELCL__ARG(&a, flags);
+  RELCL__ARG(&a, scale);
+  size_t limit = kern->max_wg < 64 ? kern->max_wg : 64;
+  size_t wg = relcl__pow2_wg((size_t)(nk > d->dh ? nk : d->dh), limit);
+  RELCL__ARG_LOCAL(&a, wg * sizeof(float));
+  RELCL__ARG_LOCAL(&a, (size_t)d->dh * sizeof(float));
+  size_t global = (size_t)B * d->H * nq * wg;
+  return relcl__launch(d->ctx, kern, &a, 1, &global, &wg);
+}
+
 /* Row r of dst = the first t positions of row from[r] of src, for n rows (I_FROM). */
 static relcl_status cache_gather(relcl_decoder *d, relcl_buf src, relcl_buf dst, int n) {
   relcl__kernel_entry *k;
@@ -317,7 +371,6 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u)
     return relcl_linear_forward(ctx, N, d->F, D, Wk(d, d->h), P(d, dp->ffn.w2),
                                 P(d, dp->ffn.b2), a);
   }
-  const relcl_model_config *c = &d->m->cfg;
   if (kind == SUB_SELF) {
     const relcl__attn_p *ap = &dp->self;
     TRY(relcl_linear_forward(ctx, N, D, 3 * D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
@@ -325,16 +378,10 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u)
     TRY(cache_put(d, 2 * (size_t)D, cache(d, l, 1)));
     /* (N, 1 position, H, dh) -> (N, H, 1, dh) */
     TRY(relcl_heads_split(ctx, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
-    relcl_attn_desc desc = relcl_attn_desc_self(N, d->H, 1, d->dh, c->max_rel);
-    desc.nk = d->t + 1;
-    desc.q_pos0 = d->t;
-    desc.causal = 1;
-    desc.relative = ap->rel_k != RELCL__NONE;
-    desc.per_head = c->rel_per_head;
-    desc.keys_only = c->rel_keys_only;
-    TRY(relcl__attn_forward_strided(ctx, &desc, Wk(d, d->qh), cache(d, l, 0), cache(d, l, 1),
-                                    (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
-                                    RELCL_BUF_NONE, Wk(d, d->z), RELCL_BUF_NONE));
+    /* the tables say which relative terms there are (no rel_v with keys only) */
+    TRY(attn_step(d, N, 1, d->t + 1, d->t, STEP_CAUSAL, Wk(d, d->qh), cache(d, l, 0),
+                  cache(d, l, 1), (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
+                  RELCL_BUF_NONE, Wk(d, d->z)));
     /* (N, H, 1, dh) is already (N, D) */
     return relcl_linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), P(d, ap->bo), a);
   }
@@ -343,9 +390,9 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u)
   TRY(relcl_linear_forward(ctx, N, D, D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
   /* the beam rows of a sentence are its queries: (B, beam, D) -> (B, H, beam, dh) */
   TRY(relcl_heads_split(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
-  relcl_attn_desc desc = relcl_attn_desc_cross(d->B, d->H, d->beam, d->S, d->dh);
-  TRY(relcl_attn_forward(ctx, &desc, Wk(d, d->qh), Mem(d, k), Mem(d, v), RELCL_BUF_NONE, RELCL_BUF_NONE,
-                         Id(d, I_SRCLEN), Wk(d, d->z), RELCL_BUF_NONE));
+  TRY(attn_step(d, d->B, d->beam, d->S, 0, 0, Wk(d, d->qh), Mem(d, k), Mem(d, v),
+                (size_t)d->S * d->dh, RELCL_BUF_NONE, RELCL_BUF_NONE, Id(d, I_SRCLEN),
+                Wk(d, d->z)));
   TRY(relcl_heads_merge(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
   return relcl_linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), P(d, ap->bo), a);
 }

@@ -150,16 +150,6 @@ relcl_status relcl__write_atomic(const char *path, relcl__file_writer fn, void *
 bool relcl__file_out_write(relcl__file_out *out, const void *data, size_t n);
 size_t relcl__file_out_written(const relcl__file_out *out);
 
-/* ---- attention over a key/value cache (attention.c) ---- */
-
-/* relcl_attn_forward with the (batch, heads) matrices of K and V kv_stride elements apart
- * (kv_stride >= nk * head_dim) instead of packed: a cache with room for kv_stride / head_dim
- * positions per head, of which the first nk are attended to (incremental decoding). */
-relcl_status relcl__attn_forward_strided(relcl_context *ctx, const relcl_attn_desc *desc,
-                                         relcl_buf Q, relcl_buf K, relcl_buf V,
-                                         size_t kv_stride, relcl_buf wK, relcl_buf wV,
-                                         relcl_buf key_len, relcl_buf Z, relcl_buf probs);
-
 /* ---- GEMM (gemm.c: the only file that calls CLBlast) ---- */
 
 /* Override CLBlast's tuning parameters of one kernel ("Xgemm", ...) for a device, single

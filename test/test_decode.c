@@ -11,9 +11,9 @@
  *     forcing (relcl_model_eval_batch's NLL), the length penalty's formula and effect,
  *     deterministic, argument errors.
  * `--bench [VOCAB]` times cached against uncached greedy decoding and beam 4 on the tiny
- * preset instead; `--small` runs one configuration of 1 and the checks of 2 and 3 with every
- * model kept to the end (for Oclgrind, which misreads buffers created after others were
- * released).
+ * preset instead; `--small` runs one configuration of 1 (4 steps) and 2, with every model
+ * kept to the end (for Oclgrind, which misreads buffers created after others were released:
+ * longer runs recycle the scratch pool's buffers).
  *
  * Tolerance of 1 (stated at the check): both paths run the same kernels in the same order;
  * they differ only in the shapes given to CLBlast (rows B*T against N, nk = t+1 keys out of
@@ -216,7 +216,7 @@ static void check_cached(relcl_context *ctx, const char *name, relcl_model_confi
   sources s = make_sources(3, lens, c.vocab, 5);
   double ctrl1 = INFINITY, ctrl2, e1 = 0.0;
   if (!small) e1 = cached_vs_full(m, &s, 1, 9, &ctrl1);
-  double e2 = cached_vs_full(m, &s, 2, small ? 5 : 8, &ctrl2);
+  double e2 = cached_vs_full(m, &s, 2, small ? 4 : 8, &ctrl2);
   tu_check(e1 <= LOGIT_TOL, "cached == full, %s, 3 sources, 9 steps: worst error %.2e of the "
            "logits' scale (<= %.0e)", name, e1, LOGIT_TOL);
   tu_check(e2 <= LOGIT_TOL, "cached == full, %s, 2 rows per source, reorder and a source "
@@ -474,7 +474,6 @@ int main(int argc, char **argv) {
     sources s = make_sources(3, lens, c.vocab, 11);
     TU_OK(relcl__model_layout(m, 4, s.S, 8)); /* teacher forcing's largest shape, first */
     check_greedy(ctx, m, &s, 6);
-    check_beam(ctx, m, &s);
     free_sources(&s);
     done_model(m);
     for (int i = 0; i < n_kept; i++) relcl_model_destroy(kept[i]);

@@ -15,7 +15,10 @@ fixture corpus) in a temporary directory, then checks what a user sees:
   - relcl-average: the average of a checkpoint with itself equals it bit for bit;
     --model-dir --last N writes a checkpoint relcl-translate reads; the vocabulary is copied
     beside an output elsewhere; a checkpoint of another configuration is refused in one line
-    naming the field.
+    naming the field;
+  - relcl-train --valid-bleu: greedy validation translations scored every N steps by the
+    python in RELCL_PYTHON (a stand-in here: sacrebleu is not needed), said once when that
+    fails.
 Checkpoints are read with nothing but json and struct (the safetensors layout).
 
 usage: test_translate.py relcl-translate relcl-average relcl-train
@@ -46,8 +49,8 @@ def check(ok, what, detail=""):
     return ok
 
 
-def run(exe, args, stdin=b"", timeout=300):
-    p = subprocess.run([exe] + args, input=stdin, capture_output=True, timeout=timeout)
+def run(exe, args, stdin=b"", timeout=300, env=None):
+    p = subprocess.run([exe] + args, input=stdin, capture_output=True, timeout=timeout, env=env)
     return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
 
 
@@ -273,6 +276,36 @@ def main():
               "rc=%d stderr=%r" % (rc, err))
     rc, out, err = run(AV, ["--model-dir", "M", "--last", "99"])
     check(rc == 1 and one_line(err), "--last more than there are: exit 1, one line", err)
+
+    # ---- relcl-train --valid-bleu: greedy translations of the validation set, scored by
+    # the python in RELCL_PYTHON running sacrebleu (here a stand-in that prints 12.34) ----
+    with open("fake-python", "w") as f:
+        f.write("#!/bin/sh\necho 12.34\n")
+    os.chmod("fake-python", 0o755)
+    env = dict(os.environ, RELCL_PYTHON=os.path.abspath("fake-python"))
+    rc, out, err = run(TRAIN, ["--config", "tiny.yaml", "--max-steps", "10", "--valid-bleu", "5",
+                               "--model-dir", "VB", "--log-json", "vb.jsonl"] + data, env=env)
+    text_out = out.decode("utf-8", "replace")
+    with open("valid.en") as f:
+        n_valid = len(f.read().splitlines())
+    hyp_lines = open("VB/valid-bleu.hyp").read().split("\n")[:-1] if rc == 0 else []
+    logged = [json.loads(l) for l in open("vb.jsonl")] if rc == 0 else []
+    bleus = [l for l in logged if l.get("type") == "valid_bleu"]
+    check(rc == 0 and text_out.count("BLEU 12.34") == 2 and len(hyp_lines) == n_valid and
+          [b["step"] for b in bleus] == [5, 10] and bleus[0]["valid_bleu"] == 12.34,
+          "relcl-train --valid-bleu 5: BLEU at steps 5 and 10, logged, %d hypotheses" % n_valid,
+          text_out[-1500:] + err)
+    env = dict(os.environ, RELCL_PYTHON="/bin/false")
+    rc, out, err = run(TRAIN, ["--config", "tiny.yaml", "--max-steps", "10", "--valid-bleu", "5",
+                               "--model-dir", "VC"] + data, env=env)
+    text_out = out.decode("utf-8", "replace")
+    check(rc == 0 and text_out.count("sacrebleu did not run") == 1,
+          "--valid-bleu without sacrebleu: said once, training goes on", text_out[-1500:] + err)
+    rc, out, err = run(TRAIN, ["--config", "tiny.yaml", "--max-steps", "10", "--valid-bleu", "5",
+                               "--train-src", "train.en", "--train-tgt", "train.fr",
+                               "--model-dir", "VD"])
+    check(rc == 2 and one_line(err) and "--valid-bleu" in err,
+          "--valid-bleu without a validation set: exit 2", err)
     shutil.rmtree(work, ignore_errors=True)
 
 
