@@ -198,12 +198,6 @@ static void drop_args(relcl__args *a, const plan *p) {
   RELCL__ARG(a, p->stream_hi);
 }
 
-static void buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) {
-  cl_mem m = b.mem ? b.mem : fallback; /* unused arguments still need a valid buffer */
-  cl_uint off = (cl_uint)b.offset;
-  RELCL__ARG(a, m);
-  RELCL__ARG(a, off);
-}
 
 static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                                 const plan *p) {
@@ -249,11 +243,11 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
     int flags = p.flags | (p.rel ? GATHER : 0) | (p.rel_v ? BUCKET : 0) |
                 (key_len.mem ? KEY_LEN : 0);
     relcl__args a = {kern->kernel, 0, CL_SUCCESS};
-    buf_arg(&a, Sb, S);
-    buf_arg(&a, Pb, S);
-    buf_arg(&a, probs, S);
-    buf_arg(&a, Bb, S);
-    buf_arg(&a, key_len, S);
+    relcl__buf_arg(&a, Sb, S);
+    relcl__buf_arg(&a, Pb, S);
+    relcl__buf_arg(&a, probs, S);
+    relcl__buf_arg(&a, Bb, S);
+    relcl__buf_arg(&a, key_len, S);
     row_args(&a, &p, desc, flags);
     RELCL__ARG(&a, p.scale);
     drop_args(&a, &p);
@@ -311,10 +305,10 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   /* alpha' and its label sums B', as the forward pass had them */
   if (Am || p.rel_v) {
     relcl__args a = {kdrop->kernel, 0, CL_SUCCESS};
-    buf_arg(&a, probs, Dm);
-    buf_arg(&a, relcl_buf_at(Am, 0), Dm);
-    buf_arg(&a, Bb, Dm);
-    buf_arg(&a, key_len, Dm);
+    relcl__buf_arg(&a, probs, Dm);
+    relcl__buf_arg(&a, relcl_buf_at(Am, 0), Dm);
+    relcl__buf_arg(&a, Bb, Dm);
+    relcl__buf_arg(&a, key_len, Dm);
     row_args(&a, &p, desc, p.flags | len_flag | (Am ? WRITE_A : 0) | (p.rel_v ? BUCKET : 0));
     drop_args(&a, &p);
     if ((st = launch_rows(ctx, kdrop, &a, &p)) != RELCL_OK) goto done;
@@ -332,11 +326,11 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (st != RELCL_OK) goto done;
   {
     relcl__args a = {kbwd->kernel, 0, CL_SUCCESS};
-    buf_arg(&a, Db, Dm);
-    buf_arg(&a, Gb, Dm);
-    buf_arg(&a, probs, Dm);
-    buf_arg(&a, Cb, Dm);
-    buf_arg(&a, key_len, Dm);
+    relcl__buf_arg(&a, Db, Dm);
+    relcl__buf_arg(&a, Gb, Dm);
+    relcl__buf_arg(&a, probs, Dm);
+    relcl__buf_arg(&a, Cb, Dm);
+    relcl__buf_arg(&a, key_len, Dm);
     row_args(&a, &p, desc,
              p.flags | len_flag | (p.rel_v ? GATHER : 0) | (p.rel ? BUCKET : 0));
     RELCL__ARG(&a, p.scale);

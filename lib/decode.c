@@ -272,11 +272,6 @@ static relcl_status launch3(relcl_context *ctx, relcl__kernel_entry *k, const re
   return relcl__launch(ctx, k, a, 3, global, local);
 }
 
-static void buf_arg(relcl__args *a, relcl_buf b) {
-  cl_uint off = (cl_uint)b.offset;
-  RELCL__ARG(a, b.mem);
-  RELCL__ARG(a, off);
-}
 
 /* Keys or values of the new position (columns col.. of qkv (N, 3D)) into the cache at t. */
 static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
@@ -284,9 +279,9 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   TRY(relcl__kernel(d->ctx, "decode", "cache_put", &k));
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   int ld = 3 * d->D;
-  buf_arg(&a, Wk(d, d->qkv + col));
+  relcl__buf_arg(&a, Wk(d, d->qkv + col), NULL);
   RELCL__ARG(&a, ld);
-  buf_arg(&a, dst);
+  relcl__buf_arg(&a, dst, NULL);
   RELCL__ARG(&a, d->H);
   RELCL__ARG(&a, d->Tc);
   RELCL__ARG(&a, d->dh);
@@ -315,17 +310,17 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   int k = c->max_rel;
   float scale = (float)(1.0 / sqrt((double)d->dh));
   relcl__args a = {kern->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, Q);
-  buf_arg(&a, K);
-  buf_arg(&a, V);
+  relcl__buf_arg(&a, Q, NULL);
+  relcl__buf_arg(&a, K, NULL);
+  relcl__buf_arg(&a, V, NULL);
   RELCL__ARG(&a, stride);
-  buf_arg(&a, wK.mem ? wK : none);
-  buf_arg(&a, wV.mem ? wV : none);
-  buf_arg(&a, key_len.mem ? key_len : Id(d, I_ZEROS));
+  relcl__buf_arg(&a, wK.mem ? wK : none, NULL);
+  relcl__buf_arg(&a, wV.mem ? wV : none, NULL);
+  relcl__buf_arg(&a, key_len.mem ? key_len : Id(d, I_ZEROS), NULL);
   cl_uint pw = (cl_uint)d->pw;
-  buf_arg(&a, Wk(d, d->probs));
+  relcl__buf_arg(&a, Wk(d, d->probs), NULL);
   RELCL__ARG(&a, pw);
-  buf_arg(&a, Z);
+  relcl__buf_arg(&a, Z, NULL);
   RELCL__ARG(&a, d->H);
   RELCL__ARG(&a, nq);
   RELCL__ARG(&a, nk);
@@ -347,9 +342,9 @@ static relcl_status cache_gather(relcl_decoder *d, relcl_buf src, relcl_buf dst,
   relcl__kernel_entry *k;
   TRY(relcl__kernel(d->ctx, "decode", "cache_gather", &k));
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, Id(d, I_FROM));
-  buf_arg(&a, src);
-  buf_arg(&a, dst);
+  relcl__buf_arg(&a, Id(d, I_FROM), NULL);
+  relcl__buf_arg(&a, src, NULL);
+  relcl__buf_arg(&a, dst, NULL);
   RELCL__ARG(&a, d->H);
   RELCL__ARG(&a, d->Tc);
   RELCL__ARG(&a, d->dh);

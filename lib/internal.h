@@ -113,6 +113,15 @@ static inline void relcl__arg(relcl__args *a, size_t size, const void *value) {
   a->index++;
 }
 #define RELCL__ARG(a, x) relcl__arg((a), sizeof(x), &(x))
+
+/* A buffer argument as a kernel takes it: (cl_mem, uint element offset). An absent buffer
+ * passes fallback, since even an unused argument needs a valid buffer. */
+static inline void relcl__buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) {
+  cl_mem m = b.mem ? b.mem : fallback;
+  cl_uint off = (cl_uint)b.offset;
+  relcl__arg(a, sizeof m, &m);
+  relcl__arg(a, sizeof off, &off);
+}
 #define RELCL__ARG_LOCAL(a, bytes) relcl__arg((a), (bytes), NULL)
 relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
                            cl_uint dims,

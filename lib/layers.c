@@ -47,12 +47,6 @@ static relcl_status no_ctx(const char *op) {
   return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: ctx is NULL", op);
 }
 
-static void buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) {
-  cl_mem m = b.mem ? b.mem : fallback; /* unused arguments still need a valid buffer */
-  cl_uint off = (cl_uint)b.offset;
-  RELCL__ARG(a, m);
-  RELCL__ARG(a, off);
-}
 
 static relcl_status launch_1d(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                               size_t n) {
@@ -98,8 +92,8 @@ static relcl_status colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off,
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   int flags = accumulate ? ACCUMULATE : 0;
-  buf_arg(&a, relcl_buf_at(part, p_off), part);
-  buf_arg(&a, y, part);
+  relcl__buf_arg(&a, relcl_buf_at(part, p_off), part);
+  relcl__buf_arg(&a, y, part);
   RELCL__ARG(&a, chunks);
   RELCL__ARG(&a, cols);
   RELCL__ARG(&a, flags);
@@ -130,12 +124,12 @@ relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float 
   if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, x, NULL);
-  buf_arg(&a, gain, NULL);
-  buf_arg(&a, bias, NULL);
-  buf_arg(&a, y, NULL);
-  buf_arg(&a, mean, NULL);
-  buf_arg(&a, rstd, NULL);
+  relcl__buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, gain, NULL);
+  relcl__buf_arg(&a, bias, NULL);
+  relcl__buf_arg(&a, y, NULL);
+  relcl__buf_arg(&a, mean, NULL);
+  relcl__buf_arg(&a, rstd, NULL);
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, eps);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
@@ -168,10 +162,10 @@ relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl
     if ((st = relcl__pool_get(ctx, 2 * (size_t)chunks * (size_t)d * 4, &part)) != RELCL_OK)
       goto done;
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    buf_arg(&a, x, NULL);
-    buf_arg(&a, mean, NULL);
-    buf_arg(&a, rstd, NULL);
-    buf_arg(&a, dy, NULL);
+    relcl__buf_arg(&a, x, NULL);
+    relcl__buf_arg(&a, mean, NULL);
+    relcl__buf_arg(&a, rstd, NULL);
+    relcl__buf_arg(&a, dy, NULL);
     RELCL__ARG(&a, part);
     RELCL__ARG(&a, rows);
     RELCL__ARG(&a, d);
@@ -188,12 +182,12 @@ relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl
   {
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
     int flags = accumulate ? ACCUMULATE : 0;
-    buf_arg(&a, x, NULL);
-    buf_arg(&a, gain, NULL);
-    buf_arg(&a, mean, NULL);
-    buf_arg(&a, rstd, NULL);
-    buf_arg(&a, dy, NULL);
-    buf_arg(&a, dx, NULL);
+    relcl__buf_arg(&a, x, NULL);
+    relcl__buf_arg(&a, gain, NULL);
+    relcl__buf_arg(&a, mean, NULL);
+    relcl__buf_arg(&a, rstd, NULL);
+    relcl__buf_arg(&a, dy, NULL);
+    relcl__buf_arg(&a, dx, NULL);
     RELCL__ARG(&a, d);
     RELCL__ARG(&a, flags);
     st = launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
@@ -220,9 +214,9 @@ relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab
   if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "embed_fwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, ids, NULL);
-  buf_arg(&a, table, NULL);
-  buf_arg(&a, out, NULL);
+  relcl__buf_arg(&a, ids, NULL);
+  relcl__buf_arg(&a, table, NULL);
+  relcl__buf_arg(&a, out, NULL);
   RELCL__ARG(&a, n);
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, vocab);
@@ -281,11 +275,11 @@ relcl_status relcl_embedding_backward(relcl_context *ctx, int n_tokens, int d, i
   if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "embed_bwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, tokens, NULL);
-  buf_arg(&a, offsets, NULL);
-  buf_arg(&a, positions, NULL);
-  buf_arg(&a, dout, NULL);
-  buf_arg(&a, dtable, NULL);
+  relcl__buf_arg(&a, tokens, NULL);
+  relcl__buf_arg(&a, offsets, NULL);
+  relcl__buf_arg(&a, positions, NULL);
+  relcl__buf_arg(&a, dout, NULL);
+  relcl__buf_arg(&a, dtable, NULL);
   RELCL__ARG(&a, n_tokens);
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, vocab);
@@ -316,9 +310,9 @@ static relcl_status dropout_common(relcl_context *ctx, const char *op, size_t n,
   flags |= (p > 0.0f ? DROP : 0) | (res.mem ? RESIDUAL : 0);
   cl_uint count = (cl_uint)n;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, x, NULL);
-  buf_arg(&a, res, x.mem);
-  buf_arg(&a, y, NULL);
+  relcl__buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, res, x.mem);
+  relcl__buf_arg(&a, y, NULL);
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, flags);
   RELCL__ARG(&a, v[0]);
@@ -361,9 +355,9 @@ relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out,
   if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   int flags = 0;
-  buf_arg(&a, y, NULL);
+  relcl__buf_arg(&a, y, NULL);
   RELCL__ARG(&a, out);
-  buf_arg(&a, b, NULL);
+  relcl__buf_arg(&a, b, NULL);
   RELCL__ARG(&a, rows);
   RELCL__ARG(&a, out);
   RELCL__ARG(&a, flags);
@@ -397,61 +391,41 @@ relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out
 
 /* ---- element-wise ---- */
 
-relcl_status relcl_relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y) {
-  static const char op[] = "relu forward";
+/* An element-wise kernel over n elements: its buffer arguments in order, then n. */
+static relcl_status elementwise(relcl_context *ctx, const char *op, const char *kernel, size_t n,
+                                int nbufs, const relcl_buf *bufs, const char *const *names) {
   if (ctx == NULL) return no_ctx(op);
   if (n == 0) return RELCL_OK;
-  relcl_status st = chk(x, n, op, "x");
-  if (st == RELCL_OK) st = chk(y, n, op, "y");
+  relcl_status st = RELCL_OK;
+  for (int i = 0; i < nbufs && st == RELCL_OK; i++) st = chk(bufs[i], n, op, names[i]);
   relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "relu_fwd", &k);
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", kernel, &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint count = (cl_uint)n;
-  buf_arg(&a, x, NULL);
-  buf_arg(&a, y, NULL);
+  for (int i = 0; i < nbufs; i++) relcl__buf_arg(&a, bufs[i], NULL);
   RELCL__ARG(&a, count);
   return launch_1d(ctx, k, &a, n);
+}
+
+relcl_status relcl_relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y) {
+  const relcl_buf bufs[] = {x, y};
+  static const char *const names[] = {"x", "y"};
+  return elementwise(ctx, "relu forward", "relu_fwd", n, 2, bufs, names);
 }
 
 relcl_status relcl_relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
                                  relcl_buf dx) {
-  static const char op[] = "relu backward";
-  if (ctx == NULL) return no_ctx(op);
-  if (n == 0) return RELCL_OK;
-  relcl_status st = chk(y, n, op, "y");
-  if (st == RELCL_OK) st = chk(dy, n, op, "dy");
-  if (st == RELCL_OK) st = chk(dx, n, op, "dx");
-  relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "relu_bwd", &k);
-  if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  cl_uint count = (cl_uint)n;
-  buf_arg(&a, y, NULL);
-  buf_arg(&a, dy, NULL);
-  buf_arg(&a, dx, NULL);
-  RELCL__ARG(&a, count);
-  return launch_1d(ctx, k, &a, n);
+  const relcl_buf bufs[] = {y, dy, dx};
+  static const char *const names[] = {"y", "dy", "dx"};
+  return elementwise(ctx, "relu backward", "relu_bwd", n, 3, bufs, names);
 }
 
-relcl_status relcl_residual_add(relcl_context *ctx, size_t n, relcl_buf a_, relcl_buf b,
+relcl_status relcl_residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
                                 relcl_buf y) {
-  static const char op[] = "residual add";
-  if (ctx == NULL) return no_ctx(op);
-  if (n == 0) return RELCL_OK;
-  relcl_status st = chk(a_, n, op, "a");
-  if (st == RELCL_OK) st = chk(b, n, op, "b");
-  if (st == RELCL_OK) st = chk(y, n, op, "y");
-  relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "add2", &k);
-  if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  cl_uint count = (cl_uint)n;
-  buf_arg(&a, a_, NULL);
-  buf_arg(&a, b, NULL);
-  buf_arg(&a, y, NULL);
-  RELCL__ARG(&a, count);
-  return launch_1d(ctx, k, &a, n);
+  const relcl_buf bufs[] = {a, b, y};
+  static const char *const names[] = {"a", "b", "y"};
+  return elementwise(ctx, "residual add", "add2", n, 3, bufs, names);
 }
 
 relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
@@ -466,8 +440,8 @@ relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_bu
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint count = (cl_uint)n;
-  buf_arg(&a, x, NULL);
-  buf_arg(&a, y, NULL);
+  relcl__buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, y, NULL);
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, alpha);
   RELCL__ARG(&a, beta);
@@ -496,9 +470,9 @@ static relcl_status heads_common(relcl_context *ctx, const char *op, const char 
   if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", kname, &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, x, NULL);
   if (split) RELCL__ARG(&a, ld);
-  buf_arg(&a, y, NULL);
+  relcl__buf_arg(&a, y, NULL);
   if (!split) RELCL__ARG(&a, ld);
   RELCL__ARG(&a, n);
   RELCL__ARG(&a, heads);
@@ -540,7 +514,7 @@ relcl_status relcl_colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, i
     goto done;
   {
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    buf_arg(&a, x, NULL);
+    relcl__buf_arg(&a, x, NULL);
     RELCL__ARG(&a, ld);
     RELCL__ARG(&a, part);
     RELCL__ARG(&a, rows);
@@ -561,8 +535,8 @@ static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, s
   if (st != RELCL_OK) return st;
   cl_uint count = (cl_uint)n, block = (cl_uint)((n + blocks - 1) / blocks);
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, x, NULL);
-  buf_arg(&a, part, NULL);
+  relcl__buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, part, NULL);
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, block);
   RELCL__ARG(&a, flags);
@@ -606,10 +580,10 @@ relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, fl
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   int flags = dlogits.mem ? WRITE_GRAD : 0;
-  buf_arg(&a, logits, NULL);
-  buf_arg(&a, targets, NULL);
-  buf_arg(&a, dlogits, logits.mem);
-  buf_arg(&a, losses, NULL);
+  relcl__buf_arg(&a, logits, NULL);
+  relcl__buf_arg(&a, targets, NULL);
+  relcl__buf_arg(&a, dlogits, logits.mem);
+  relcl__buf_arg(&a, losses, NULL);
   RELCL__ARG(&a, V);
   RELCL__ARG(&a, eps);
   RELCL__ARG(&a, ignore_id);
@@ -633,9 +607,9 @@ relcl_status relcl_argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf
   if (st == RELCL_OK) st = relcl__kernel(ctx, "loss", "argmax_rows", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, x, NULL);
   RELCL__ARG(&a, ld);
-  buf_arg(&a, out, NULL);
+  relcl__buf_arg(&a, out, NULL);
   RELCL__ARG(&a, cols);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)cols, 2);
 }
@@ -677,11 +651,11 @@ relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_ar
   int flags = clip ? CLIP : 0;
   cl_uint count = (cl_uint)n;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  buf_arg(&a, param, NULL);
-  buf_arg(&a, grad, NULL);
-  buf_arg(&a, m, NULL);
-  buf_arg(&a, v, NULL);
-  buf_arg(&a, sumsq, grad.mem);
+  relcl__buf_arg(&a, param, NULL);
+  relcl__buf_arg(&a, grad, NULL);
+  relcl__buf_arg(&a, m, NULL);
+  relcl__buf_arg(&a, v, NULL);
+  relcl__buf_arg(&a, sumsq, grad.mem);
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, lr_bc1);
   RELCL__ARG(&a, inv_sqrt_bc2);
