@@ -2,6 +2,7 @@
  * a save killed half-way, keep-last-N, fallback past a corrupt newest checkpoint, averaging.
  * Also the helper modes test_checkpoint.py drives: --write-sample FILE, --dump FILE. */
 #include "relcl_checkpoint.h"
+#include "testutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,21 +22,6 @@
 
 /* Tests only (lib/checkpoint.c): called after each piece of data is written. */
 extern void (*relcl__checkpoint_write_hook)(size_t bytes_written);
-
-static int passed, failed;
-
-static void __attribute__((format(printf, 2, 3))) check(int ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "ok  " : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (ok)
-    passed++;
-  else
-    failed++;
-}
 
 static char root[4096];
 
@@ -143,21 +129,21 @@ static void test_round_trip(void) {
   subdir("roundtrip", dir, sizeof dir);
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   relcl_status st = save_model(path, 2.0f, "{\"d_model\":4}", "1200");
-  check(st == RELCL_OK, "save %s", st == RELCL_OK ? "" : relcl_last_error());
-  check(count_hidden(dir) == 0, "no temporary file left after a save");
+  tu_check(st == RELCL_OK, "save %s", st == RELCL_OK ? "" : relcl_last_error());
+  tu_check(count_hidden(dir) == 0, "no temporary file left after a save");
 
   size_t size;
   unsigned char *b = slurp(path, &size);
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
-  check((8 + n) % 8 == 0 && b[8] == '{',
+  tu_check((8 + n) % 8 == 0 && b[8] == '{',
         "header: length %llu, data starts at a multiple of 8, begins with '{'",
         (unsigned long long)n);
   free(b);
 
   relcl_checkpoint *ck = NULL;
   st = relcl_checkpoint_open(path, 0, &ck);
-  check(st == RELCL_OK, "open %s", st == RELCL_OK ? "" : relcl_last_error());
+  tu_check(st == RELCL_OK, "open %s", st == RELCL_OK ? "" : relcl_last_error());
   if (st != RELCL_OK) return;
   relcl_checkpoint_tensor t[NT];
   model(t, 2.0f);
@@ -172,23 +158,23 @@ static void test_round_trip(void) {
           relcl_checkpoint_find(ck, t[i].name, &f) == RELCL_OK && f.data == g.data;
     if (!all) printf("  mismatch at tensor %zu (%s)\n", i, t[i].name);
   }
-  check(all, "every tensor back bit for bit, in order (NaN, inf, -0, denormal, scalar, empty)");
+  tu_check(all, "every tensor back bit for bit, in order (NaN, inf, -0, denormal, scalar, empty)");
 
   float got[20];
   size_t want[2] = {5, 4}, wrong[2] = {4, 5};
-  check(relcl_checkpoint_read(ck, "enc.emb", 2, want, got) == RELCL_OK &&
+  tu_check(relcl_checkpoint_read(ck, "enc.emb", 2, want, got) == RELCL_OK &&
             same_bits(got, t[0].data, 20),
         "read with the right shape copies the data");
   st = relcl_checkpoint_read(ck, "enc.emb", 2, wrong, got);
-  check(refused(st, RELCL_ERR_FORMAT, path, "has shape (5, 4), expected (4, 5)"),
+  tu_check(refused(st, RELCL_ERR_FORMAT, path, "has shape (5, 4), expected (4, 5)"),
         "read with the wrong shape: %s", relcl_last_error());
   relcl_checkpoint_tensor f;
   st = relcl_checkpoint_find(ck, "dec.missing", &f);
-  check(refused(st, RELCL_ERR_FORMAT, path, "no tensor dec.missing"), "missing tensor: %s",
+  tu_check(refused(st, RELCL_ERR_FORMAT, path, "no tensor dec.missing"), "missing tensor: %s",
         relcl_last_error());
 
   const char *note = relcl_checkpoint_meta_get(ck, "note");
-  check(strcmp(relcl_checkpoint_meta_get(ck, "step"), "1200") == 0 &&
+  tu_check(strcmp(relcl_checkpoint_meta_get(ck, "step"), "1200") == 0 &&
             strcmp(relcl_checkpoint_meta_get(ck, "relcl.config"), "{\"d_model\":4}") == 0 &&
             note && strcmp(note, NOTE) == 0 &&
             relcl_checkpoint_meta_get(ck, "absent") == NULL,
@@ -197,7 +183,7 @@ static void test_round_trip(void) {
   for (size_t i = 1; sorted && i < relcl_checkpoint_meta_count(ck); i++)
     sorted = strcmp(relcl_checkpoint_meta_at(ck, i - 1).key,
                     relcl_checkpoint_meta_at(ck, i).key) < 0;
-  check(sorted && relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_DATA_HASH_KEY) &&
+  tu_check(sorted && relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_DATA_HASH_KEY) &&
             relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_HEADER_HASH_KEY),
         "metadata sorted, with both checksums");
   relcl_checkpoint_close(ck);
@@ -205,7 +191,7 @@ static void test_round_trip(void) {
 
   /* overwrite in place: the new content replaces the old */
   st = save_model(path, 5.0f, "{\"d_model\":4}", "1300");
-  check(st == RELCL_OK && relcl_checkpoint_open(path, 0, &ck) == RELCL_OK &&
+  tu_check(st == RELCL_OK && relcl_checkpoint_open(path, 0, &ck) == RELCL_OK &&
             strcmp(relcl_checkpoint_meta_get(ck, "step"), "1300") == 0,
         "saving over an existing checkpoint replaces it");
   relcl_checkpoint_close(ck);
@@ -214,7 +200,7 @@ static void test_round_trip(void) {
   char cwd[4096];
   if (getcwd(cwd, sizeof cwd) == NULL || chdir(dir) != 0) die("chdir");
   st = save_model("plain.safetensors", 1.0f, "c", "1");
-  check(st == RELCL_OK && relcl_checkpoint_open("plain.safetensors", 0, &ck) == RELCL_OK,
+  tu_check(st == RELCL_OK && relcl_checkpoint_open("plain.safetensors", 0, &ck) == RELCL_OK,
         "save and open a path without a directory part");
   relcl_checkpoint_close(ck);
   if (chdir(cwd) != 0) die("chdir back");
@@ -232,26 +218,26 @@ static void test_bad_save_args(void) {
   relcl_checkpoint_tensor bad_utf8[1] = {{"a\xff", 1, {2}, x}};
   relcl_checkpoint_meta reserved[1] = {{RELCL_CHECKPOINT_DATA_HASH_KEY, "0"}};
   relcl_checkpoint_meta dupmeta[2] = {{"k", "1"}, {"k", "2"}};
-  check(relcl_checkpoint_save(path, dup, 2, NULL, 0) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_save(path, dup, 2, NULL, 0) == RELCL_ERR_INVALID_ARG,
         "duplicate tensor names refused: %s", relcl_last_error());
-  check(relcl_checkpoint_save(path, meta_name, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_save(path, meta_name, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
         "a tensor named __metadata__ refused");
-  check(relcl_checkpoint_save(path, deep, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_save(path, deep, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
         "more than %d dimensions refused", RELCL_CHECKPOINT_MAX_DIMS);
-  check(relcl_checkpoint_save(path, nodata, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_save(path, nodata, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
         "missing data refused");
-  check(relcl_checkpoint_save(path, bad_utf8, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_save(path, bad_utf8, 1, NULL, 0) == RELCL_ERR_INVALID_ARG,
         "a name that is not UTF-8 refused");
-  check(relcl_checkpoint_save(path, dup, 1, reserved, 1) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_save(path, dup, 1, reserved, 1) == RELCL_ERR_INVALID_ARG,
         "relcl's own checksum key refused as caller metadata");
-  check(relcl_checkpoint_save(path, dup, 1, dupmeta, 2) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_save(path, dup, 1, dupmeta, 2) == RELCL_ERR_INVALID_ARG,
         "duplicate metadata keys refused");
-  check(!exists(path) && count_hidden(dir) == 0, "refused saves leave nothing behind");
+  tu_check(!exists(path) && count_hidden(dir) == 0, "refused saves leave nothing behind");
 
   char nodir[4400];
   snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.safetensors", dir);
   relcl_status st = relcl_checkpoint_save(nodir, dup, 1, NULL, 0);
-  check(refused(st, RELCL_ERR_IO, nodir, "temporary file"), "save into a missing directory: %s",
+  tu_check(refused(st, RELCL_ERR_IO, nodir, "temporary file"), "save into a missing directory: %s",
         relcl_last_error());
 }
 
@@ -261,10 +247,10 @@ static void test_missing(void) {
   static int sentinel;
   relcl_checkpoint *ck = (relcl_checkpoint *)&sentinel; /* must be reset to NULL */
   relcl_status st = relcl_checkpoint_open(path, 0, &ck);
-  check(refused(st, RELCL_ERR_IO, path, "No such file") && ck == NULL, "missing file: %s",
+  tu_check(refused(st, RELCL_ERR_IO, path, "No such file") && ck == NULL, "missing file: %s",
         relcl_last_error());
   st = relcl_checkpoint_open(root, 0, &ck);
-  check(refused(st, RELCL_ERR_IO, root, NULL), "a directory: %s", relcl_last_error());
+  tu_check(refused(st, RELCL_ERR_IO, root, NULL), "a directory: %s", relcl_last_error());
 }
 
 /* Every truncation point of interest is refused. */
@@ -284,7 +270,7 @@ static void test_truncation(void) {
     spit(cut, b, points[i]);
     relcl_checkpoint *ck = NULL;
     relcl_status st = relcl_checkpoint_open(cut, 0, &ck);
-    check(refused(st, RELCL_ERR_FORMAT, cut, NULL) && ck == NULL,
+    tu_check(refused(st, RELCL_ERR_FORMAT, cut, NULL) && ck == NULL,
           "truncated to %zu of %zu bytes: %s", points[i], size, relcl_last_error());
     relcl_checkpoint_close(ck);
   }
@@ -295,7 +281,7 @@ static void test_truncation(void) {
   spit(cut, longer, size + 1);
   relcl_checkpoint *ck = NULL;
   relcl_status st = relcl_checkpoint_open(cut, 0, &ck);
-  check(refused(st, RELCL_ERR_FORMAT, cut, "trailing"), "one byte of trailing garbage: %s",
+  tu_check(refused(st, RELCL_ERR_FORMAT, cut, "trailing"), "one byte of trailing garbage: %s",
         relcl_last_error());
   free(longer);
   free(b);
@@ -334,7 +320,7 @@ static void test_flips(void) {
     }
   const char *part_name[3] = {"length field", "header", "data"};
   for (int p = 0; p < 3; p++)
-    check(missed[p] == 0 && tried[p] > 0, "%zu flipped bits in the %s all refused, e.g. %s",
+    tu_check(missed[p] == 0 && tried[p] > 0, "%zu flipped bits in the %s all refused, e.g. %s",
           tried[p], part_name[p], example[p]);
   free(b);
 }
@@ -393,7 +379,7 @@ static void test_crafted(void) {
     raw_file(path, cases[i].json, true, d, cases[i].data_len);
     relcl_checkpoint *ck = NULL;
     relcl_status st = relcl_checkpoint_open(path, 0, &ck);
-    check(refused(st, RELCL_ERR_FORMAT, path, cases[i].word), "crafted %zu (%s): %s", i,
+    tu_check(refused(st, RELCL_ERR_FORMAT, path, cases[i].word), "crafted %zu (%s): %s", i,
           cases[i].word, relcl_last_error());
     relcl_checkpoint_close(ck);
   }
@@ -402,12 +388,12 @@ static void test_crafted(void) {
   unsigned char len_only[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}'};
   spit(path, len_only, sizeof len_only);
   relcl_checkpoint *ck = NULL;
-  check(refused(relcl_checkpoint_open(path, 0, &ck), RELCL_ERR_FORMAT, path, "past the end"),
+  tu_check(refused(relcl_checkpoint_open(path, 0, &ck), RELCL_ERR_FORMAT, path, "past the end"),
         "header length past the end of the file: %s", relcl_last_error());
   const char *bad_utf8 = "{\"a\xc3\x28\":{\"dtype\":\"F32\",\"shape\":[0],"
                          "\"data_offsets\":[0,0]}}";
   raw_file(path, bad_utf8, true, NULL, 0);
-  check(refused(relcl_checkpoint_open(path, 0, &ck), RELCL_ERR_FORMAT, path, "UTF-8"),
+  tu_check(refused(relcl_checkpoint_open(path, 0, &ck), RELCL_ERR_FORMAT, path, "UTF-8"),
         "header that is not UTF-8: %s", relcl_last_error());
 
   /* a foreign file (no relcl checksums, header not padded) loads with the flag */
@@ -423,7 +409,7 @@ static void test_crafted(void) {
             same_bits(b.data, d + 2, 4) && ((uintptr_t)b.data % 4) == 0 &&
             strcmp(relcl_checkpoint_tensor_at(ck, 0).name, "a") == 0 &&
             strcmp(relcl_checkpoint_meta_get(ck, "format"), "np") == 0;
-  check(ok, "foreign file (unpadded header, tensors out of order) loads with FOREIGN: %s",
+  tu_check(ok, "foreign file (unpadded header, tensors out of order) loads with FOREIGN: %s",
         st == RELCL_OK ? "" : relcl_last_error());
   relcl_checkpoint_close(ck);
 }
@@ -486,25 +472,25 @@ static void test_killed_save(void) {
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
-  check(mid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+  tu_check(mid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
         "writer killed with SIGKILL in the middle of its data");
-  check(count_hidden(dir) == 1 && !exists(next), "it left one stray temporary file, no %s",
+  tu_check(count_hidden(dir) == 1 && !exists(next), "it left one stray temporary file, no %s",
         strrchr(next, '/') + 1);
   relcl_checkpoint_list list;
-  check(relcl_checkpoint_list_dir(dir, &list) == RELCL_OK && list.count == 1 &&
+  tu_check(relcl_checkpoint_list_dir(dir, &list) == RELCL_OK && list.count == 1 &&
             list.steps[0] == 100 && list.best == NULL,
         "the stray file is not listed as a checkpoint");
   relcl_checkpoint_list_free(&list);
   relcl_checkpoint *ck = NULL;
   char *skipped = NULL;
   relcl_status st = relcl_checkpoint_open_latest(dir, &ck, &skipped);
-  check(st == RELCL_OK && strcmp(relcl_checkpoint_path(ck), prev) == 0 && skipped == NULL,
+  tu_check(st == RELCL_OK && strcmp(relcl_checkpoint_path(ck), prev) == 0 && skipped == NULL,
         "the previous checkpoint loads: %s", st == RELCL_OK ? prev : relcl_last_error());
   relcl_checkpoint_close(ck);
   free(skipped);
   size_t removed = 0;
   st = relcl_checkpoint_dir_clean(dir, &removed);
-  check(st == RELCL_OK && removed == 1 &&
+  tu_check(st == RELCL_OK && removed == 1 &&
             count_hidden(dir) == 0 && exists(prev),
         "dir_clean removes the stray file (%zu) and nothing else", removed);
 
@@ -534,7 +520,7 @@ static void test_killed_save(void) {
   waitpid(pid, &status, 0);
   const char *step = open_step(best);
   bool killed = WIFSIGNALED(status);
-  check(killed ? strcmp(step, "old") == 0
+  tu_check(killed ? strcmp(step, "old") == 0
                : WIFEXITED(status) && WEXITSTATUS(status) == 0 && strcmp(step, "new") == 0,
         "save over best.safetensors %s: it holds the %s checkpoint, which loads",
         killed ? "killed while writing" : "finished before the kill", step);
@@ -562,9 +548,9 @@ static void test_write_error(void) {
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  check(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+  tu_check(WIFEXITED(status) && WEXITSTATUS(status) == 0,
         "a write error (file size limit) is RELCL_ERR_IO naming the file");
-  check(strcmp(open_step(path), "old") == 0 && count_hidden(dir) == 0,
+  tu_check(strcmp(open_step(path), "old") == 0 && count_hidden(dir) == 0,
         "after it the previous file is intact and no temporary file is left");
 }
 
@@ -579,7 +565,7 @@ static void test_keep_last(void) {
   relcl_checkpoint_step_path(dir, 1200, path, sizeof path);
   char want[4300];
   snprintf(want, sizeof want, "%s/ckpt-00001200.safetensors", dir);
-  check(strcmp(path, want) == 0, "step path: %s", strrchr(path, '/') + 1);
+  tu_check(strcmp(path, want) == 0, "step path: %s", strrchr(path, '/') + 1);
   const char *others[] = {"best.safetensors", "notes.txt", "ckpt-123.safetensors",
                           "ckpt-000000500.safetensors", "ckpt-00000500.safetensors.bak",
                           ".ckpt-00000800.safetensors.tmp-abcdef"};
@@ -592,29 +578,29 @@ static void test_keep_last(void) {
   uint64_t sorted[] = {100, 200, 300, 400, 700, 99999999, 100000000};
   bool ok = st == RELCL_OK && list.count == 7 && list.best != NULL;
   for (size_t i = 0; ok && i < 7; i++) ok = list.steps[i] == sorted[i];
-  check(ok, "list: 7 checkpoints by step (8 and 9 digits), best found, other names ignored");
+  tu_check(ok, "list: 7 checkpoints by step (8 and 9 digits), best found, other names ignored");
   relcl_checkpoint_list_free(&list);
 
   st = relcl_checkpoint_keep_last(dir, 3);
-  check(st == RELCL_OK, "keep_last 3 %s", st == RELCL_OK ? "" : relcl_last_error());
+  tu_check(st == RELCL_OK, "keep_last 3 %s", st == RELCL_OK ? "" : relcl_last_error());
   st = relcl_checkpoint_list_dir(dir, &list);
   ok = st == RELCL_OK && list.count == 3 && list.steps[0] == 700 && list.steps[2] == 100000000 &&
        list.best != NULL;
-  check(ok, "three newest remain, best kept");
+  tu_check(ok, "three newest remain, best kept");
   relcl_checkpoint_list_free(&list);
   ok = true;
   for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, others[i]);
     ok = ok && exists(path);
   }
-  check(ok, "files that are not ckpt-* checkpoints untouched");
-  check(relcl_checkpoint_keep_last(dir, 0) == RELCL_ERR_INVALID_ARG, "keep_last 0 refused");
-  check(relcl_checkpoint_keep_last(dir, 10) == RELCL_OK && relcl_checkpoint_list_dir(dir, &list) ==
+  tu_check(ok, "files that are not ckpt-* checkpoints untouched");
+  tu_check(relcl_checkpoint_keep_last(dir, 0) == RELCL_ERR_INVALID_ARG, "keep_last 0 refused");
+  tu_check(relcl_checkpoint_keep_last(dir, 10) == RELCL_OK && relcl_checkpoint_list_dir(dir, &list) ==
             RELCL_OK && list.count == 3,
         "keep_last more than there are deletes nothing");
   relcl_checkpoint_list_free(&list);
   snprintf(path, sizeof path, "%s/nope", dir);
-  check(refused(relcl_checkpoint_list_dir(path, &list), RELCL_ERR_IO, path, NULL),
+  tu_check(refused(relcl_checkpoint_list_dir(path, &list), RELCL_ERR_IO, path, NULL),
         "listing a missing directory: %s", relcl_last_error());
 }
 
@@ -636,7 +622,7 @@ static void test_fallback(void) {
   relcl_checkpoint *ck = NULL;
   char *skipped = NULL;
   relcl_status st = relcl_checkpoint_open_latest(dir, &ck, &skipped);
-  check(refused(st, RELCL_ERR_IO, dir, "no checkpoint") && ck == NULL && skipped == NULL,
+  tu_check(refused(st, RELCL_ERR_IO, dir, "no checkpoint") && ck == NULL && skipped == NULL,
         "empty directory: %s", relcl_last_error());
   for (int i = 0; i < 3; i++) {
     char step[16];
@@ -645,14 +631,14 @@ static void test_fallback(void) {
     if (save_model(p[i], (float)i, "cfg", step) != RELCL_OK) die("save");
   }
   st = relcl_checkpoint_open_latest(dir, &ck, &skipped);
-  check(st == RELCL_OK && strcmp(relcl_checkpoint_meta_get(ck, "step"), "300") == 0 &&
+  tu_check(st == RELCL_OK && strcmp(relcl_checkpoint_meta_get(ck, "step"), "300") == 0 &&
             skipped == NULL,
         "all good: the newest (300) opens, nothing skipped");
   relcl_checkpoint_close(ck);
 
   corrupt_byte(p[2], 5); /* a flipped bit in the newest one's data */
   st = relcl_checkpoint_open_latest(dir, &ck, &skipped);
-  check(st == RELCL_OK && strcmp(relcl_checkpoint_meta_get(ck, "step"), "200") == 0 &&
+  tu_check(st == RELCL_OK && strcmp(relcl_checkpoint_meta_get(ck, "step"), "200") == 0 &&
             skipped && starts_with(skipped, p[2]) && strstr(skipped, "checksum") &&
             strchr(skipped, '\n') == skipped + strlen(skipped) - 1,
         "newest corrupt: falls back to 200 and says why: %.*s",
@@ -664,7 +650,7 @@ static void test_fallback(void) {
   st = relcl_checkpoint_open_latest(dir, &ck, &skipped);
   int lines = 0;
   for (const char *s = skipped; s && *s; s++) lines += *s == '\n';
-  check(st == RELCL_OK && strcmp(relcl_checkpoint_meta_get(ck, "step"), "100") == 0 &&
+  tu_check(st == RELCL_OK && strcmp(relcl_checkpoint_meta_get(ck, "step"), "100") == 0 &&
             lines == 2 && strstr(skipped, p[1]) && strstr(skipped, "truncated"),
         "two bad ones: falls back to 100, two lines of reasons");
   relcl_checkpoint_close(ck);
@@ -672,7 +658,7 @@ static void test_fallback(void) {
 
   truncate_file(p[0], 3);
   st = relcl_checkpoint_open_latest(dir, &ck, &skipped);
-  check(refused(st, RELCL_ERR_FORMAT, dir, "no valid checkpoint") && ck == NULL &&
+  tu_check(refused(st, RELCL_ERR_FORMAT, dir, "no valid checkpoint") && ck == NULL &&
             skipped == NULL,
         "none valid: %s", relcl_last_error());
 }
@@ -693,7 +679,7 @@ static void test_average(void) {
   snprintf(out, sizeof out, "%s/avg.safetensors", dir);
   const char *paths[3] = {p[0], p[1], p[2]};
   relcl_status st = relcl_checkpoint_average(paths, 3, out);
-  check(st == RELCL_OK, "average of 3 %s", st == RELCL_OK ? "" : relcl_last_error());
+  tu_check(st == RELCL_OK, "average of 3 %s", st == RELCL_OK ? "" : relcl_last_error());
   relcl_checkpoint *avg = NULL;
   st = relcl_checkpoint_open(out, 0, &avg);
   bool ok = st == RELCL_OK && relcl_checkpoint_tensor_count(avg) == NT;
@@ -708,8 +694,8 @@ static void test_average(void) {
       if (!ok) printf("  %s[%zu] = %.9g, want %.9g\n", t.name, j, t.data[j], want);
     }
   }
-  check(ok, "every element is the double-accumulated mean, rounded once");
-  check(ok && strcmp(relcl_checkpoint_meta_get(avg, "step"), "300") == 0 &&
+  tu_check(ok, "every element is the double-accumulated mean, rounded once");
+  tu_check(ok && strcmp(relcl_checkpoint_meta_get(avg, "step"), "300") == 0 &&
             strcmp(relcl_checkpoint_meta_get(avg, "relcl.average_of"), "3") == 0 &&
             strcmp(relcl_checkpoint_meta_get(avg, "relcl.config"), "{\"layers\":2}") == 0,
         "metadata of the last checkpoint, plus relcl.average_of = 3");
@@ -731,7 +717,7 @@ static void test_average(void) {
     got = relcl_checkpoint_tensor_at(avg, 0).data[0];
     relcl_checkpoint_close(avg);
   }
-  check(got == (float)(1.0 / 3.0), "mean of 1e8, 1, -1e8 is %.8g (a float sum would give 0)",
+  tu_check(got == (float)(1.0 / 3.0), "mean of 1e8, 1, -1e8 is %.8g (a float sum would give 0)",
         got);
 
   /* refusals: shape, missing tensor, extra tensor, config; the output is not written */
@@ -756,13 +742,13 @@ static void test_average(void) {
       die("save odd");
     const char *mix[3] = {p[0], p[3], p[1]};
     st = relcl_checkpoint_average(mix, 3, out);
-    check(refused(st, RELCL_ERR_FORMAT, p[3], bad[i].word) && strstr(relcl_last_error(), p[0]) &&
+    tu_check(refused(st, RELCL_ERR_FORMAT, p[3], bad[i].word) && strstr(relcl_last_error(), p[0]) &&
               !exists(out),
           "refused: %s", relcl_last_error());
   }
   corrupt_byte(p[2], 2);
   st = relcl_checkpoint_average(paths, 3, out);
-  check(refused(st, RELCL_ERR_FORMAT, p[2], "checksum") && !exists(out),
+  tu_check(refused(st, RELCL_ERR_FORMAT, p[2], "checksum") && !exists(out),
         "a corrupt input refused: %s", relcl_last_error());
 
   /* the output may be one of the inputs */
@@ -773,9 +759,9 @@ static void test_average(void) {
     got = relcl_checkpoint_tensor_at(avg, 0).data[0];
     relcl_checkpoint_close(avg);
   }
-  check(got == (float)(((double)1e8f + 1.0) / 2.0), "averaging into one of its inputs: %.9g",
+  tu_check(got == (float)(((double)1e8f + 1.0) / 2.0), "averaging into one of its inputs: %.9g",
         got);
-  check(relcl_checkpoint_average(two, 0, out) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_checkpoint_average(two, 0, out) == RELCL_ERR_INVALID_ARG,
         "averaging nothing refused");
 }
 
@@ -878,8 +864,7 @@ int main(int argc, char **argv) {
   test_fallback();
   test_average();
 
-  if (failed == 0) remove_tree(root);
+  if (tu_failed == 0) remove_tree(root);
   else printf("files kept in %s\n", root);
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return tu_finish();
 }

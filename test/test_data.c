@@ -6,6 +6,7 @@
  * The bundled corpus is found through RELCL_DATA_DIR (meson sets it), else RELCL_TEST_DATA_DIR
  * given at compile time. */
 #include "relcl_data.h"
+#include "testutil.h"
 
 #include <lzma.h>
 #include <stdarg.h>
@@ -13,22 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int passed, failed;
-
-static int check(int ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "ok  " : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (ok)
-    passed++;
-  else
-    failed++;
-  return ok;
-}
 
 static void die(const char *what) {
   fprintf(stderr, "test_data: %s: %s\n", what, relcl_last_error());
@@ -132,26 +117,26 @@ static void test_text(void) {
                                           "first\r\nsecond \xC3\xA9\xE2\x82\xAC"
                                           "\xF0\x9D\x84\x9E\n\n \t\nlast");
   relcl_status st = relcl_text_read(&t, p);
-  if (check(st == RELCL_OK, "text: BOM, CRLF, 2-4 byte UTF-8, no final newline read")) {
+  if (tu_check(st == RELCL_OK, "text: BOM, CRLF, 2-4 byte UTF-8, no final newline read")) {
     size_t len;
-    check(relcl_text_count(t) == 5, "text: 5 lines (got %zu)", relcl_text_count(t));
-    check(strcmp(relcl_text_line(t, 0, &len), "first") == 0 && len == 5,
+    tu_check(relcl_text_count(t) == 5, "text: 5 lines (got %zu)", relcl_text_count(t));
+    tu_check(strcmp(relcl_text_line(t, 0, &len), "first") == 0 && len == 5,
           "text: BOM and CR dropped from line 1");
-    check(strcmp(relcl_text_line(t, 1, NULL), "second \xC3\xA9\xE2\x82\xAC\xF0\x9D\x84\x9E") == 0,
+    tu_check(strcmp(relcl_text_line(t, 1, NULL), "second \xC3\xA9\xE2\x82\xAC\xF0\x9D\x84\x9E") == 0,
           "text: multi-byte line kept as is");
-    check(relcl_text_blank(t, 2) && relcl_text_blank(t, 3) && !relcl_text_blank(t, 4),
+    tu_check(relcl_text_blank(t, 2) && relcl_text_blank(t, 3) && !relcl_text_blank(t, 4),
           "text: empty and space/tab lines are blank");
-    check(strcmp(relcl_text_line(t, 4, NULL), "last") == 0, "text: last line without newline");
-    check(relcl_text_line(t, 5, NULL) == NULL, "text: line past the end is NULL");
+    tu_check(strcmp(relcl_text_line(t, 4, NULL), "last") == 0, "text: last line without newline");
+    tu_check(relcl_text_line(t, 5, NULL) == NULL, "text: line past the end is NULL");
   }
   relcl_text_destroy(t);
   t = NULL;
   st = relcl_text_read(&t, write_text("empty.txt", ""));
-  check(st == RELCL_OK && relcl_text_count(t) == 0, "text: empty file has 0 lines");
+  tu_check(st == RELCL_OK && relcl_text_count(t) == 0, "text: empty file has 0 lines");
   relcl_text_destroy(t);
   t = NULL;
   st = relcl_text_read(&t, write_text("nl.txt", "\n"));
-  check(st == RELCL_OK && relcl_text_count(t) == 1 && relcl_text_blank(t, 0),
+  tu_check(st == RELCL_OK && relcl_text_count(t) == 1 && relcl_text_blank(t, 0),
         "text: a lone newline is one empty line");
   relcl_text_destroy(t);
   relcl_text_destroy(NULL);
@@ -177,7 +162,7 @@ static void test_bad_utf8(void) {
     const char *p = write_text("bad_utf8.txt", text);
     relcl_text *t = NULL;
     relcl_status st = relcl_text_read(&t, p);
-    check(st == RELCL_ERR_FORMAT && t == NULL && error_at(p, 3, "invalid UTF-8"),
+    tu_check(st == RELCL_ERR_FORMAT && t == NULL && error_at(p, 3, "invalid UTF-8"),
           "bad UTF-8 (%s) on line 3: %s", bad[i].name, relcl_last_error());
     relcl_text_destroy(t);
   }
@@ -185,12 +170,12 @@ static void test_bad_utf8(void) {
   const char *p = write_file("nul.txt", nul, sizeof nul - 1);
   relcl_text *t = NULL;
   relcl_status st = relcl_text_read(&t, p);
-  check(st == RELCL_ERR_FORMAT && error_at(p, 2, "NUL byte"), "NUL byte on line 2: %s",
+  tu_check(st == RELCL_ERR_FORMAT && error_at(p, 2, "NUL byte"), "NUL byte on line 2: %s",
         relcl_last_error());
   relcl_text_destroy(t);
   const char *missing = tmp_path("does-not-exist.en");
   st = relcl_text_read(&t, missing);
-  check(st == RELCL_ERR_IO && error_at(missing, 0, "cannot open"), "missing file: %s",
+  tu_check(st == RELCL_ERR_IO && error_at(missing, 0, "cannot open"), "missing file: %s",
         relcl_last_error());
 }
 
@@ -205,7 +190,7 @@ static void test_xz(void) {
   const char *p = write_file("packed.txt", xz, out);
   relcl_text *t = NULL;
   relcl_status st = relcl_text_read(&t, p);
-  check(st == RELCL_OK && relcl_text_count(t) == 4 &&
+  tu_check(st == RELCL_OK && relcl_text_count(t) == 4 &&
             strcmp(relcl_text_line(t, 1, NULL), "beta \xC3\xA9t\xC3\xA9") == 0 &&
             relcl_text_blank(t, 2),
         "xz: decompressed by its magic bytes, lines as in the plain text");
@@ -213,12 +198,12 @@ static void test_xz(void) {
   t = NULL;
   p = write_file("truncated.xz", xz, out / 2);
   st = relcl_text_read(&t, p);
-  check(st == RELCL_ERR_FORMAT && error_at(p, 0, "xz"), "xz: truncated file: %s",
+  tu_check(st == RELCL_ERR_FORMAT && error_at(p, 0, "xz"), "xz: truncated file: %s",
         relcl_last_error());
   xz[out / 2] ^= 0x55;
   p = write_file("corrupt.xz", xz, out);
   st = relcl_text_read(&t, p);
-  check(st == RELCL_ERR_FORMAT && error_at(p, 0, "xz"), "xz: corrupt file: %s", relcl_last_error());
+  tu_check(st == RELCL_ERR_FORMAT && error_at(p, 0, "xz"), "xz: corrupt file: %s", relcl_last_error());
   free(xz);
 }
 
@@ -236,7 +221,7 @@ static void test_bundled(void) {
       relcl_status st = relcl_text_read(&t, corpus_file(name));
       size_t blank = 0;
       for (size_t i = 0; i < relcl_text_count(t); i++) blank += relcl_text_blank(t, i);
-      check(st == RELCL_OK && relcl_text_count(t) == splits[s].lines && blank == 0,
+      tu_check(st == RELCL_OK && relcl_text_count(t) == splits[s].lines && blank == 0,
             "bundled %s: %zu lines, %zu blank%s%s", name, relcl_text_count(t), blank,
             st == RELCL_OK ? "" : ": ", st == RELCL_OK ? "" : relcl_last_error());
       relcl_text_destroy(t);
@@ -261,27 +246,27 @@ static relcl_spm *test_spm(void) {
   }
   size_t n1 = 0, n2 = 0;
   char *b1 = slurp(model[0], &n1), *b2 = slurp(model[1], &n2);
-  check(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0,
+  tu_check(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0,
         "spm: training twice gives the same model bytes (%zu)", n1);
 
   relcl_spm *spm = NULL;
   if (relcl_spm_load(&spm, model[0]) != RELCL_OK) die("relcl_spm_load");
   int V = relcl_spm_vocab_size(spm);
-  check(V > 4 && V <= 400, "spm: vocabulary of %d", V);
-  check(strcmp(relcl_spm_piece(spm, 0), "<pad>") == 0 &&
+  tu_check(V > 4 && V <= 400, "spm: vocabulary of %d", V);
+  tu_check(strcmp(relcl_spm_piece(spm, 0), "<pad>") == 0 &&
             strcmp(relcl_spm_piece(spm, 1), "<unk>") == 0 &&
             strcmp(relcl_spm_piece(spm, 2), "<s>") == 0 &&
             strcmp(relcl_spm_piece(spm, 3), "</s>") == 0 && relcl_spm_piece(spm, V)[0] == '\0',
         "spm: pad=0 unk=1 bos=2 eos=3");
   size_t nb = 0;
   const void *bytes = relcl_spm_bytes(spm, &nb);
-  check(b1 && nb == n1 && memcmp(bytes, b1, n1) == 0 && relcl_spm_hash(spm) == fnv1a(b1, n1),
+  tu_check(b1 && nb == n1 && memcmp(bytes, b1, n1) == 0 && relcl_spm_hash(spm) == fnv1a(b1, n1),
         "spm: hash is FNV-1a 64 of the model file (%016llx)",
         (unsigned long long)relcl_spm_hash(spm));
   size_t nv = 0, lines = 0;
   char *v = slurp(vocab[0], &nv);
   for (size_t i = 0; v && i < nv; i++) lines += v[i] == '\n';
-  check(v && lines == (size_t)V && strncmp(v, "<pad>\t", 6) == 0,
+  tu_check(v && lines == (size_t)V && strncmp(v, "<pad>\t", 6) == 0,
         "spm: .vocab has one line per piece");
   free(v);
 
@@ -306,7 +291,7 @@ static relcl_spm *test_spm(void) {
     }
     relcl_text_destroy(t);
   }
-  check(same == total && unk == 0, "spm: decode(encode(x)) == x for %zu of %zu lines, %zu unk",
+  tu_check(same == total && unk == 0, "spm: decode(encode(x)) == x for %zu of %zu lines, %zu unk",
         same, total, unk);
 
   relcl_spm *again = NULL;
@@ -316,7 +301,7 @@ static relcl_spm *test_spm(void) {
   const char *s = "Cannot open file \"%s\": %s";
   relcl_spm_encode(spm, s, &x1, &m1);
   relcl_spm_encode(again, s, &x2, &m2);
-  check(relcl_spm_hash(again) == relcl_spm_hash(spm) && m1 == m2 && m1 > 0 &&
+  tu_check(relcl_spm_hash(again) == relcl_spm_hash(spm) && m1 == m2 && m1 > 0 &&
             memcmp(x1, x2, m1 * sizeof *x1) == 0,
         "spm: a model loaded from bytes encodes the same");
   /* BOS/EOS/PAD decode to nothing */
@@ -328,11 +313,11 @@ static relcl_spm *test_spm(void) {
   framed[m1 + 3] = RELCL_PAD_ID;
   char *txt = NULL;
   relcl_status st = relcl_spm_decode(spm, framed, m1 + 4, &txt);
-  check(st == RELCL_OK && strcmp(txt, s) == 0, "spm: BOS, EOS and PAD decode to nothing");
+  tu_check(st == RELCL_OK && strcmp(txt, s) == 0, "spm: BOS, EOS and PAD decode to nothing");
   free(txt);
   framed[1] = V;
   st = relcl_spm_decode(spm, framed, m1 + 4, &txt);
-  check(st == RELCL_ERR_INVALID_ARG, "spm: id outside the vocabulary refused: %s",
+  tu_check(st == RELCL_ERR_INVALID_ARG, "spm: id outside the vocabulary refused: %s",
         relcl_last_error());
   free(framed);
   free(x1);
@@ -344,22 +329,22 @@ static relcl_spm *test_spm(void) {
   relcl_spm_encode(spm, "\xE6\x97\xA5\xE6\x9C\xAC file", &ids, &n);
   int has_unk = 0;
   for (size_t k = 0; k < n; k++) has_unk |= ids[k] == RELCL_UNK_ID;
-  check(has_unk, "spm: unseen characters encode to <unk>");
+  tu_check(has_unk, "spm: unseen characters encode to <unk>");
   free(ids);
   st = relcl_spm_encode(spm, "", &ids, &n);
-  check(st == RELCL_OK && n == 0 && ids == NULL, "spm: empty text, no ids");
+  tu_check(st == RELCL_OK && n == 0 && ids == NULL, "spm: empty text, no ids");
 
   /* bad models and bad training input */
   relcl_spm *bad = NULL;
   const char *notmodel = write_text("not.model", "hello\n");
   st = relcl_spm_load(&bad, notmodel);
-  check(st == RELCL_ERR_FORMAT && bad == NULL && error_at(notmodel, 0, "SentencePiece"),
+  tu_check(st == RELCL_ERR_FORMAT && bad == NULL && error_at(notmodel, 0, "SentencePiece"),
         "spm: a text file is not a model: %s", relcl_last_error());
   st = relcl_spm_load(&bad, tmp_path("missing.model"));
-  check(st == RELCL_ERR_IO, "spm: missing model file: %s", relcl_last_error());
+  tu_check(st == RELCL_ERR_IO, "spm: missing model file: %s", relcl_last_error());
   const char *badin = write_text("bad_train.txt", "a b c\nd e\nf \xC3( g\n");
   st = relcl_spm_train(&badin, 1, 100, tmp_path("m3"));
-  check(st == RELCL_ERR_FORMAT && error_at(badin, 3, "invalid UTF-8"),
+  tu_check(st == RELCL_ERR_FORMAT && error_at(badin, 3, "invalid UTF-8"),
         "spm: training refuses bad UTF-8 like the reader: %s", relcl_last_error());
   free(b1);
   free(b2);
@@ -373,19 +358,19 @@ static void test_corpus(const relcl_spm *spm) {
   const char *en = write_text("c.en", "one file\nfive files\nthree\nfour\nfive\n\n");
   const char *fr5 = write_text("c5.fr", "un fichier\ncinq fichiers\ntrois\nquatre\ncinq\n");
   relcl_status st = relcl_corpus_load(&c, en, fr5, spm, 0);
-  check(st == RELCL_ERR_FORMAT && c == NULL && error_at(en, 6, "line counts differ") &&
+  tu_check(st == RELCL_ERR_FORMAT && c == NULL && error_at(en, 6, "line counts differ") &&
             strstr(relcl_last_error(), fr5) && strstr(relcl_last_error(), "has 6 lines") &&
             strstr(relcl_last_error(), "has 5 lines"),
         "corpus: line counts 6 vs 5: %s", relcl_last_error());
 
   const char *fr_bad = write_text("cbad.fr", "un\ndeux\ntrois \xFF\nquatre\ncinq\nsix\n");
   st = relcl_corpus_load(&c, en, fr_bad, spm, 0);
-  check(st == RELCL_ERR_FORMAT && error_at(fr_bad, 3, "invalid UTF-8"),
+  tu_check(st == RELCL_ERR_FORMAT && error_at(fr_bad, 3, "invalid UTF-8"),
         "corpus: bad UTF-8 on the target side, line 3: %s", relcl_last_error());
   static const char fr_nul[] = "un\ndeux\0\ntrois\nquatre\ncinq\nsix\n";
   const char *fr_z = write_file("cnul.fr", fr_nul, sizeof fr_nul - 1);
   st = relcl_corpus_load(&c, en, fr_z, spm, 0);
-  check(st == RELCL_ERR_FORMAT && error_at(fr_z, 2, "NUL byte"),
+  tu_check(st == RELCL_ERR_FORMAT && error_at(fr_z, 2, "NUL byte"),
         "corpus: NUL byte on the target side, line 2: %s", relcl_last_error());
 
   /* empty lines: src line 6, tgt line 2 (empty) and line 4 (blank) */
@@ -393,11 +378,11 @@ static void test_corpus(const relcl_spm *spm) {
   st = relcl_corpus_load(&c, en, fr, spm, 0);
   relcl_corpus_stats s;
   relcl_corpus_get_stats(c, &s);
-  check(st == RELCL_OK && s.lines == 6 && s.empty == 3 && s.too_long == 0 && s.pairs == 3 &&
+  tu_check(st == RELCL_OK && s.lines == 6 && s.empty == 3 && s.too_long == 0 && s.pairs == 3 &&
             relcl_corpus_size(c) == 3,
         "corpus: 3 pairs with an empty side skipped and counted (lines %zu empty %zu pairs %zu)",
         s.lines, s.empty, s.pairs);
-  check(relcl_corpus_line(c, 0) == 1 && relcl_corpus_line(c, 1) == 3 &&
+  tu_check(relcl_corpus_line(c, 0) == 1 && relcl_corpus_line(c, 1) == 3 &&
             relcl_corpus_line(c, 2) == 5,
         "corpus: kept pairs remember their lines 1, 3, 5");
   int len = 0;
@@ -405,7 +390,7 @@ static void test_corpus(const relcl_spm *spm) {
   size_t n = 0;
   relcl_spm_encode(spm, "les cinq", &ids, &n);
   const int32_t *t2 = relcl_corpus_tgt(c, 2, &len);
-  check(t2 && (size_t)len == n && memcmp(t2, ids, n * sizeof *ids) == 0,
+  tu_check(t2 && (size_t)len == n && memcmp(t2, ids, n * sizeof *ids) == 0,
         "corpus: ids are the model's encoding");
   free(ids);
   relcl_corpus_destroy(c);
@@ -437,7 +422,7 @@ static void test_corpus(const relcl_spm *spm) {
     if (ls > longest) longest = ls;
     if (lt > longest) longest = lt;
   }
-  check(st == RELCL_OK && want_long > 0 && s.too_long == want_long &&
+  tu_check(st == RELCL_OK && want_long > 0 && s.too_long == want_long &&
             s.pairs + s.too_long + s.empty == s.lines && longest <= max_len &&
             s.src_max <= max_len && s.tgt_max <= max_len,
         "corpus: %zu pairs over %d subwords skipped and counted (expected %zu), %zu kept",
@@ -448,7 +433,7 @@ static void test_corpus(const relcl_spm *spm) {
 
   relcl_corpus_create(&c);
   int32_t one = 5;
-  check(relcl_corpus_add(c, &one, 0, &one, 1, 1) == RELCL_ERR_INVALID_ARG &&
+  tu_check(relcl_corpus_add(c, &one, 0, &one, 1, 1) == RELCL_ERR_INVALID_ARG &&
             relcl_corpus_add(c, &one, 1, NULL, 1, 1) == RELCL_ERR_INVALID_ARG &&
             relcl_corpus_size(c) == 0,
         "corpus: add refuses an empty side");
@@ -537,14 +522,14 @@ static void test_batches(const relcl_spm *spm) {
     int once = 1;
     for (size_t p = 0; p < N; p++) once &= seen[p] == 1;
     free(seen);
-    check(once && rows == N, "batches epoch %llu: each of %zu pairs exactly once",
+    tu_check(once && rows == N, "batches epoch %llu: each of %zu pairs exactly once",
           (unsigned long long)e, N);
-    check(budget_ok, "batches epoch %llu: B * max(S, T) <= %zu in all %zu batches",
+    tu_check(budget_ok, "batches epoch %llu: B * max(S, T) <= %zu in all %zu batches",
           (unsigned long long)e, budget, nb);
-    check(formed && pos_ok, "batches epoch %llu: src + EOS, BOS + y, y + EOS, PAD after",
+    tu_check(formed && pos_ok, "batches epoch %llu: src + EOS, BOS + y, y + EOS, PAD after",
           (unsigned long long)e);
     /* length buckets keep padding low: a broken sort would not */
-    check(real * 10 >= cells * 8, "batches epoch %llu: %.1f%% of cells are real tokens",
+    tu_check(real * 10 >= cells * 8, "batches epoch %llu: %.1f%% of cells are real tokens",
           (unsigned long long)e, 100.0 * (double)real / (double)cells);
   }
 
@@ -559,14 +544,14 @@ static void test_batches(const relcl_spm *spm) {
       relcl_batcher_get(bt2, e, i, &y);
       same &= same_batch(&x, &y);
     }
-  check(same, "batches: same corpus and seed, same batches");
-  check(memcmp(s0, s1, N * sizeof *s0) != 0, "batches: epoch 1 is in another order than 0");
+  tu_check(same, "batches: same corpus and seed, same batches");
+  tu_check(memcmp(s0, s1, N * sizeof *s0) != 0, "batches: epoch 1 is in another order than 0");
   relcl_batcher_destroy(bt2);
   bt2 = NULL;
   relcl_batch_opts o2 = relcl_batch_opts_default(budget, 1235);
   relcl_batcher_create(&bt2, c, &o2);
   size_t *t0 = epoch_sequence(bt2, 0, N);
-  check(relcl_batcher_count(bt2) == nb && memcmp(s0, t0, N * sizeof *s0) != 0,
+  tu_check(relcl_batcher_count(bt2) == nb && memcmp(s0, t0, N * sizeof *s0) != 0,
         "batches: another seed, another order, as many batches");
   free(t0);
   relcl_batcher_destroy(bt2);
@@ -579,7 +564,7 @@ static void test_batches(const relcl_spm *spm) {
   size_t *u0 = epoch_sequence(bt2, 0, N), *u3 = epoch_sequence(bt2, 3, N);
   relcl_batch b;
   relcl_batcher_get(bt2, 0, 0, &b);
-  check(memcmp(u0, u3, N * sizeof *u0) == 0 && batch_well_formed(c, &b, 0),
+  tu_check(memcmp(u0, u3, N * sizeof *u0) == 0 && batch_well_formed(c, &b, 0),
         "batches: without shuffle every epoch is the same; without src EOS rows are x");
   free(u0);
   free(u3);
@@ -592,7 +577,7 @@ static void test_batches(const relcl_spm *spm) {
   uint64_t e;
   size_t idx;
   relcl_batcher_tell(bt, &e, &idx);
-  check(e == 1 && idx == 5 && x.epoch == 1 && x.index == 4,
+  tu_check(e == 1 && idx == 5 && x.epoch == 1 && x.index == 4,
         "batches: position after %zu+5 is (1, 5)", nb);
   relcl_batcher_create(&bt2, c, &o);
   relcl_batcher_seek(bt2, e, idx);
@@ -602,11 +587,11 @@ static void test_batches(const relcl_spm *spm) {
     relcl_batcher_next(bt2, &y);
     resumed &= x.epoch == y.epoch && x.index == y.index && same_batch(&x, &y);
   }
-  check(resumed, "batches: seek to a told position gives the same next batches");
+  tu_check(resumed, "batches: seek to a told position gives the same next batches");
   relcl_batcher_seek(bt2, 4, nb);
   relcl_batcher_tell(bt2, &e, &idx);
-  check(e == 5 && idx == 0, "batches: seek(4, count) means (5, 0)");
-  check(relcl_batcher_seek(bt2, 0, nb + 1) == RELCL_ERR_INVALID_ARG &&
+  tu_check(e == 5 && idx == 0, "batches: seek(4, count) means (5, 0)");
+  tu_check(relcl_batcher_seek(bt2, 0, nb + 1) == RELCL_ERR_INVALID_ARG &&
             relcl_batcher_get(bt2, 0, nb, &y) == RELCL_ERR_INVALID_ARG,
         "batches: positions past the epoch refused");
   relcl_batcher_destroy(bt2);
@@ -616,16 +601,16 @@ static void test_batches(const relcl_spm *spm) {
   relcl_corpus_get_stats(c, &cs);
   int longest = (cs.src_max + 1 > cs.tgt_max + 1 ? cs.src_max + 1 : cs.tgt_max + 1);
   relcl_batch_opts small = relcl_batch_opts_default((size_t)longest - 1, 1);
-  check(relcl_batcher_create(&bt2, c, &small) == RELCL_ERR_INVALID_ARG && bt2 == NULL,
+  tu_check(relcl_batcher_create(&bt2, c, &small) == RELCL_ERR_INVALID_ARG && bt2 == NULL,
         "batches: budget below the longest pair refused: %s", relcl_last_error());
   small.batch_tokens = (size_t)longest;
-  check(relcl_batcher_create(&bt2, c, &small) == RELCL_OK,
+  tu_check(relcl_batcher_create(&bt2, c, &small) == RELCL_OK,
         "batches: budget equal to the longest pair accepted");
   relcl_batcher_destroy(bt2);
   relcl_corpus *empty = NULL;
   relcl_corpus_create(&empty);
   bt2 = NULL;
-  check(relcl_batcher_create(&bt2, empty, &o) == RELCL_ERR_INVALID_ARG,
+  tu_check(relcl_batcher_create(&bt2, empty, &o) == RELCL_ERR_INVALID_ARG,
         "batches: empty corpus refused");
   relcl_corpus_destroy(empty);
 
@@ -663,7 +648,7 @@ static void test_golden_order(void) {
       if (n < 32) got[n++] = -1;
     }
     int same = n == 19 && memcmp(got, golden[k], (size_t)n * sizeof *got) == 0;
-    check(same, "batches: epoch %llu in the specified splitmix64 order",
+    tu_check(same, "batches: epoch %llu in the specified splitmix64 order",
           (unsigned long long)epochs[k]);
   }
   relcl_batcher_destroy(bt);
@@ -688,6 +673,5 @@ int main(void) {
   relcl_spm_destroy(spm);
   relcl_spm_destroy(NULL);
   cleanup();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return tu_finish();
 }

@@ -14,8 +14,8 @@
 
 static int tu_passed, tu_failed;
 
-/* Record one check; prints a line for failures and, when verbose, passes too. */
-static inline void tu_check(int ok, const char *fmt, ...) {
+/* Record one check, print its line; returns ok. */
+static inline int __attribute__((format(printf, 2, 3))) tu_check(int ok, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   printf("%s ", ok ? "ok  " : "FAIL");
@@ -26,6 +26,7 @@ static inline void tu_check(int ok, const char *fmt, ...) {
     tu_passed++;
   else
     tu_failed++;
+  return ok;
 }
 
 /* The closing line CI reads, and the exit status. */
