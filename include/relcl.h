@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "relcl_status.h"
+
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
@@ -26,35 +28,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define RELCL_VERSION "0.1.0"
-
-/* ---- status ------------------------------------------------------------------------ */
-
-#define RELCL_STATUS_LIST(X)                                                              \
-  X(RELCL_OK, 0, "success")                                                              \
-  X(RELCL_ERR_INVALID_ARG, -1, "invalid argument")                                       \
-  X(RELCL_ERR_BUFFER_TOO_SMALL, -2, "buffer too small for the given shape")              \
-  X(RELCL_ERR_NO_PLATFORM, -3, "no OpenCL platform found")                               \
-  X(RELCL_ERR_NO_DEVICE, -4, "requested OpenCL device not found")                        \
-  X(RELCL_ERR_OPENCL, -5, "OpenCL call failed")                                          \
-  X(RELCL_ERR_BUILD, -6, "OpenCL kernel build failed")                                   \
-  X(RELCL_ERR_CLBLAST, -7, "CLBlast call failed")                                        \
-  X(RELCL_ERR_OUT_OF_MEMORY, -8, "out of memory")                                        \
-  X(RELCL_ERR_IO, -9, "file input/output failed")                                        \
-  X(RELCL_ERR_FORMAT, -10, "malformed input")
-
-typedef enum relcl_status {
-#define RELCL__STATUS_ENUM(name, value, text) name = value,
-  RELCL_STATUS_LIST(RELCL__STATUS_ENUM)
-#undef RELCL__STATUS_ENUM
-} relcl_status;
-
-/* Static description of a status ("invalid argument"). */
-const char *relcl_status_str(relcl_status status);
-/* The last error message of this thread, with details; "" when none. Valid until the next
- * relcl call on this thread. */
-const char *relcl_last_error(void);
 
 /* ---- buffers ----------------------------------------------------------------------- */
 

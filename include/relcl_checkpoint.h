@@ -31,7 +31,7 @@
 #ifndef RELCL_CHECKPOINT_H
 #define RELCL_CHECKPOINT_H
 
-#include "relcl.h"
+#include "relcl_status.h"
 
 #include <stddef.h>
 #include <stdint.h>

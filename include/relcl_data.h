@@ -9,7 +9,10 @@
 #ifndef RELCL_DATA_H
 #define RELCL_DATA_H
 
-#include "relcl.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "relcl_status.h"
 
 #ifdef __cplusplus
 extern "C" {

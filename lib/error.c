@@ -4,6 +4,8 @@
 #include <stdio.h>
 
 static _Thread_local char last_error[8192];
+/* The raw OpenCL or CLBlast code behind last_error, 0 when relcl's own check failed. */
+static _Thread_local int last_code;
 
 const char *relcl_status_str(relcl_status status) {
   switch (status) {
@@ -25,6 +27,16 @@ relcl_status relcl__fail(relcl_status status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
+  last_code = 0;
+  return status;
+}
+
+relcl_status relcl__fail_code(relcl_status status, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  last_code = code;
   return status;
 }
 
@@ -56,5 +68,11 @@ relcl_status relcl__cl_fail(cl_int err, const char *what) {
   if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
       err == CL_OUT_OF_HOST_MEMORY)
     st = RELCL_ERR_OUT_OF_MEMORY;
-  return relcl__fail(st, "%s failed: %s (%d)", what, relcl__cl_error_name(err), (int)err);
+  return relcl__fail_code(st, (int)err, "%s failed: %s (%d)", what, relcl__cl_error_name(err),
+                          (int)err);
 }
+
+/* A cleared message clears the code with it. */
+int relcl_last_error_code(void) { return last_error[0] ? last_code : 0; }
+
+const char *relcl_version(void) { return RELCL_VERSION; }

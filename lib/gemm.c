@@ -11,8 +11,9 @@ static relcl_status clblast_fail(CLBlastStatusCode code, const char *what, size_
   if (code == CLBlastOpenCLOutOfResources || code == CLBlastOpenCLOutOfHostMemory ||
       code == (CLBlastStatusCode)CL_MEM_OBJECT_ALLOCATION_FAILURE)
     st = RELCL_ERR_OUT_OF_MEMORY;
-  return relcl__fail(st, "CLBlast %s (m=%zu n=%zu k=%zu batch=%zu) failed with status %d", what,
-                     m, n, k, batch, (int)code);
+  return relcl__fail_code(st, (int)code,
+                          "CLBlast %s (m=%zu n=%zu k=%zu batch=%zu) failed with status %d", what,
+                          m, n, k, batch, (int)code);
 }
 
 relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t m, size_t n,

@@ -14,6 +14,9 @@
 /* Record a message for relcl_last_error() and return status. printf-style. */
 relcl_status relcl__fail(relcl_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Same, keeping code (a cl_int or CLBlast status) for relcl_last_error_code(). */
+relcl_status relcl__fail_code(relcl_status status, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Same for a failed OpenCL call: the message names the call and the cl_int. */
 relcl_status relcl__cl_fail(cl_int err, const char *what);
 const char *relcl__cl_error_name(cl_int err);

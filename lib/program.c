@@ -94,8 +94,9 @@ static relcl_status build_log_fail(cl_program prog, cl_device_id device, const c
   if (log) clGetProgramBuildInfo(prog, device, CL_PROGRAM_BUILD_LOG, len, log, NULL);
   char name[256] = "";
   clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
-  relcl_status st = relcl__fail(RELCL_ERR_BUILD, "building kernels/%s for %s failed (%s):\n%s",
-                                file, name, relcl__cl_error_name(err), log ? log : "");
+  relcl_status st =
+      relcl__fail_code(RELCL_ERR_BUILD, (int)err, "building kernels/%s for %s failed (%s):\n%s",
+                       file, name, relcl__cl_error_name(err), log ? log : "");
   free(log);
   return st;
 }
