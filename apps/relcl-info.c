@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
       printf("usage: relcl-info\nLists OpenCL platforms and devices, marks the default "
              "(RELCL_DEVICE or the first GPU, else the first device), and builds every relcl "
-             "kernel on each.\n");
+             "kernel on each.\nExits with 1 when RELCL_DEVICE matches no device.\n");
       return 0;
     }
     fprintf(stderr, "relcl-info: unknown argument '%s' (try --help)\n", argv[1]);
@@ -40,7 +40,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "relcl-info: %s\n", relcl_last_error());
     return 1;
   }
-  if (st != RELCL_OK) fprintf(stderr, "relcl-info: RELCL_DEVICE: %s\n", relcl_last_error());
+  if (st != RELCL_OK) { /* a script checks a device choice by the exit status */
+    fprintf(stderr, "relcl-info: RELCL_DEVICE: %s\n", relcl_last_error());
+    return 1;
+  }
 
   cl_platform_id plats[16];
   cl_uint np = 0;

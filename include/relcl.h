@@ -49,7 +49,9 @@ static inline relcl_buf relcl_buf_at(cl_mem mem, size_t offset) {
 typedef struct relcl_context relcl_context;
 
 /* Resolve a device choice to (platform index, device index).
- * spec: "P:D" indices, or a case-insensitive substring of the platform or device name.
+ * spec: "P:D" indices, or a case-insensitive substring of the platform's name, the
+ * platform's vendor or the device's name ("pocl" matches PoCL, whose platform is "Portable
+ * Computing Language" and vendor "The pocl project"); the first device that matches wins.
  * NULL or "" means the default: the first GPU, else the first device.
  * An unknown choice returns RELCL_ERR_NO_DEVICE with a message listing what exists. */
 relcl_status relcl_device_find(const char *spec, int *platform_index, int *device_index);

@@ -38,6 +38,11 @@ static void platform_name(cl_platform_id p, char *buf, size_t size) {
   buf[size - 1] = '\0';
 }
 
+static void platform_vendor(cl_platform_id p, char *buf, size_t size) {
+  if (clGetPlatformInfo(p, CL_PLATFORM_VENDOR, size, buf, NULL) != CL_SUCCESS) buf[0] = '\0';
+  buf[size - 1] = '\0';
+}
+
 static void device_name(cl_device_id d, char *buf, size_t size) {
   if (clGetDeviceInfo(d, CL_DEVICE_NAME, size, buf, NULL) != CL_SUCCESS) buf[0] = '\0';
   buf[size - 1] = '\0';
@@ -70,7 +75,7 @@ relcl_status relcl_device_find(const char *spec, int *platform_index, int *devic
   device_list dl;
   relcl_status st = list_devices(&dl);
   if (st != RELCL_OK) return st;
-  char pn[256], dn[256];
+  char pn[256], pv[256], dn[256];
   int p, d;
   if (spec == NULL || spec[0] == '\0') {
     for (p = 0; p < dl.n_platforms; p++)
@@ -87,11 +92,15 @@ relcl_status relcl_device_find(const char *spec, int *platform_index, int *devic
   } else if (parse_index_pair(spec, &p, &d)) {
     if (p < dl.n_platforms && d < dl.n_devices[p]) goto found;
   } else {
+    /* the vendor too: PoCL's platform is "Portable Computing Language", its vendor "The
+     * pocl project", and users write RELCL_DEVICE=pocl */
     for (p = 0; p < dl.n_platforms; p++) {
       platform_name(dl.platform[p], pn, sizeof pn);
+      platform_vendor(dl.platform[p], pv, sizeof pv);
       for (d = 0; d < dl.n_devices[p]; d++) {
         device_name(dl.device[p][d], dn, sizeof dn);
-        if (contains_nocase(pn, spec) || contains_nocase(dn, spec)) goto found;
+        if (contains_nocase(pn, spec) || contains_nocase(pv, spec) || contains_nocase(dn, spec))
+          goto found;
       }
     }
   }
@@ -100,10 +109,11 @@ relcl_status relcl_device_find(const char *spec, int *platform_index, int *devic
     size_t used = 0;
     for (p = 0; p < dl.n_platforms; p++) {
       platform_name(dl.platform[p], pn, sizeof pn);
+      platform_vendor(dl.platform[p], pv, sizeof pv);
       for (d = 0; d < dl.n_devices[p]; d++) {
         device_name(dl.device[p][d], dn, sizeof dn);
-        int w = snprintf(list + used, sizeof list - used, "%s%d:%d \"%s / %s\"",
-                         used ? ", " : "", p, d, pn, dn);
+        int w = snprintf(list + used, sizeof list - used, "%s%d:%d \"%s (%s) / %s\"",
+                         used ? ", " : "", p, d, pn, pv, dn);
         if (w > 0 && (size_t)w < sizeof list - used) used += (size_t)w;
       }
     }

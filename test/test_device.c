@@ -1,5 +1,7 @@
 /* Device choice: "P:D" indices, case-insensitive name substrings, the default, and errors
  * that list what exists; relcl_build_check on every device. */
+#define _GNU_SOURCE /* strcasestr */
+#include <string.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -28,6 +30,23 @@ int main(void) {
   tu_check(st == RELCL_OK && p == 0, "platform substring \"%s\" of \"%s\" (any case)", sub, pname);
   st = relcl_device_find(dname, &p, &d);
   tu_check(st == RELCL_OK && p == 0 && d == 0, "full device name \"%s\"", dname);
+
+  /* the platform vendor: a piece of it found in neither name still chooses the platform */
+  char vendor[256] = "", piece[8] = "";
+  clGetPlatformInfo(plat, CL_PLATFORM_VENDOR, sizeof vendor - 1, vendor, NULL);
+  for (size_t i = 0; vendor[0] && i + 4 <= strlen(vendor) && !piece[0]; i++) {
+    char cand[5] = {vendor[i], vendor[i + 1], vendor[i + 2], vendor[i + 3], 0};
+    if (strchr(cand, ' ') || strcasestr(pname, cand) || strcasestr(dname, cand)) continue;
+    memcpy(piece, cand, sizeof cand);
+  }
+  if (piece[0]) {
+    st = relcl_device_find(piece, &p, &d);
+    tu_check(st == RELCL_OK && p == 0, "vendor substring \"%s\" of \"%s\"", piece, vendor);
+  }
+  if (strstr(pname, "Portable Computing Language")) { /* PoCL: the README's example */
+    st = relcl_device_find("pocl", &p, &d);
+    tu_check(st == RELCL_OK && p == 0, "\"pocl\" chooses PoCL (vendor \"%s\")", vendor);
+  }
 
   st = relcl_device_find("no-such-device-xyz", &p, &d);
   tu_check(st == RELCL_ERR_NO_DEVICE && strstr(relcl_last_error(), "0:0") &&
