@@ -11,6 +11,21 @@
  *   one large arena buffer.
  * - All work is enqueued on the context's one in-order queue; results are ready after
  *   relcl_finish() or a blocking read.
+ *
+ * Threads
+ * - Different relcl_context objects may be used from different threads at the same time:
+ *   each has its own queue, kernel objects and scratch memory; relcl_last_error() and
+ *   relcl_last_error_code() are per thread; relcl_device_find, relcl_context_create and
+ *   the program-binary cache (written atomically) may run concurrently.
+ * - One relcl_context, and everything created on it (relcl_model, relcl_decoder, beam
+ *   results), must be used by one thread at a time. The context creates its cl_kernel
+ *   objects on first use, sets their arguments before each launch (clSetKernelArg is not
+ *   thread-safe on one kernel object) and lends scratch buffers from one pool; none of it
+ *   is locked. A context may move between threads when the caller orders the calls (a
+ *   mutex, or a join). The cl_mem buffers themselves follow OpenCL's rules.
+ * - Host-only objects (relcl_text, relcl_spm, relcl_corpus, relcl_batcher,
+ *   relcl_checkpoint) likewise: one thread at a time per object, distinct objects
+ *   independent.
  */
 #ifndef RELCL_H
 #define RELCL_H
@@ -60,6 +75,18 @@ relcl_status relcl_device_find(const char *spec, int *platform_index, int *devic
  * the RELCL_DEVICE environment variable, and falls back to the default. Kernels are built
  * (or loaded from the binary cache) here, so a build failure is reported now. */
 relcl_status relcl_context_create(relcl_context **ctx, const char *device);
+
+/* Create a context on an OpenCL context and queue the caller already has (as CLBlast takes
+ * the caller's queue), so relcl's work runs in the caller's context and order. The queue
+ * must belong to cl and be in order; its device is the one relcl builds for. Ownership:
+ * cl and queue stay the caller's. relcl does not retain or release them, so they must
+ * outlive the relcl_context; relcl_context_destroy waits for the queue (clFinish) and
+ * releases only what relcl created (kernels, programs, scratch buffers). Buffers from
+ * relcl_alloc on this context are cl_mem of cl. RELCL_PROFILE times commands only when
+ * the queue was created with CL_QUEUE_PROFILING_ENABLE. */
+relcl_status relcl_context_create_from_cl(relcl_context **ctx, cl_context cl,
+                                          cl_command_queue queue);
+/* Waits for the queue, then releases what relcl created (see above for a caller's queue). */
 void relcl_context_destroy(relcl_context *ctx);
 
 cl_context relcl_context_cl(const relcl_context *ctx);

@@ -138,15 +138,10 @@ static relcl_status lookup(const char *spec, cl_platform_id *platform, cl_device
   return RELCL_OK;
 }
 
-relcl_status relcl_context_create(relcl_context **out, const char *device) {
-  if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_context_create: out is NULL");
-  *out = NULL;
-  if (device == NULL) device = getenv("RELCL_DEVICE");
-  relcl_context *ctx = calloc(1, sizeof *ctx);
-  if (ctx == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
-  relcl_status st = lookup(device, &ctx->platform, &ctx->device);
-  if (st != RELCL_OK) goto fail;
-
+/* What every context needs once its device, cl_context and queue are known: the device's
+ * name and limits, every kernel program (from the binary cache or built) and CLBlast's
+ * tuning. Building every program here reports a build failure at creation. */
+static relcl_status setup(relcl_context *ctx) {
   char pn[256], dn[256];
   platform_name(ctx->platform, pn, sizeof pn);
   device_name(ctx->device, dn, sizeof dn);
@@ -157,6 +152,28 @@ relcl_status relcl_context_create(relcl_context **out, const char *device) {
                   &ctx->local_mem, NULL);
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc,
                   &ctx->max_alloc, NULL);
+  for (int i = 0; i < relcl__program_count(); i++) {
+    relcl_status st =
+        relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, true, &ctx->program[i]);
+    if (st != RELCL_OK) return st;
+  }
+  relcl__tuning_apply(ctx);
+  return RELCL_OK;
+}
+
+static bool profile_requested(void) {
+  const char *prof = getenv("RELCL_PROFILE");
+  return prof && prof[0] && strcmp(prof, "0") != 0;
+}
+
+relcl_status relcl_context_create(relcl_context **out, const char *device) {
+  if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_context_create: out is NULL");
+  *out = NULL;
+  if (device == NULL) device = getenv("RELCL_DEVICE");
+  relcl_context *ctx = calloc(1, sizeof *ctx);
+  if (ctx == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  relcl_status st = lookup(device, &ctx->platform, &ctx->device);
+  if (st != RELCL_OK) goto fail;
 
   cl_int err;
   cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
@@ -165,19 +182,58 @@ relcl_status relcl_context_create(relcl_context **out, const char *device) {
     st = relcl__cl_fail(err, "clCreateContext");
     goto fail;
   }
-  const char *prof = getenv("RELCL_PROFILE");
-  ctx->profile = prof && prof[0] && strcmp(prof, "0") != 0;
+  ctx->profile = profile_requested();
   ctx->queue = clCreateCommandQueue(ctx->cl, ctx->device,
                                     ctx->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
   if (err != CL_SUCCESS) {
     st = relcl__cl_fail(err, "clCreateCommandQueue");
     goto fail;
   }
-  for (int i = 0; i < relcl__program_count(); i++) {
-    st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, true, &ctx->program[i]);
-    if (st != RELCL_OK) goto fail;
-  }
-  relcl__tuning_apply(ctx);
+  if ((st = setup(ctx)) != RELCL_OK) goto fail;
+  relcl__clear_error();
+  *out = ctx;
+  return RELCL_OK;
+fail:
+  relcl_context_destroy(ctx);
+  return st;
+}
+
+relcl_status relcl_context_create_from_cl(relcl_context **out, cl_context cl,
+                                          cl_command_queue queue) {
+  static const char fn[] = "relcl_context_create_from_cl";
+  if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: out is NULL", fn);
+  *out = NULL;
+  if (cl == NULL || queue == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: cl_context or cl_command_queue is NULL", fn);
+  cl_context qcl = NULL;
+  cl_command_queue_properties qprops = 0;
+  cl_device_id device = NULL;
+  cl_platform_id platform = NULL;
+  cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qcl, &qcl, NULL);
+  if (err == CL_SUCCESS)
+    err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof device, &device, NULL);
+  if (err == CL_SUCCESS)
+    err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL);
+  if (err == CL_SUCCESS)
+    err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+  if (err != CL_SUCCESS) return relcl__cl_fail(err, "relcl_context_create_from_cl: the queue");
+  if (qcl != cl)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: the queue belongs to another cl_context", fn);
+  /* relcl's calls rely on in-order execution: each reads what the one before wrote */
+  if (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: the queue must be in order", fn);
+
+  relcl_context *ctx = calloc(1, sizeof *ctx);
+  if (ctx == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  ctx->borrowed = true;
+  ctx->cl = cl;
+  ctx->queue = queue;
+  ctx->device = device;
+  ctx->platform = platform;
+  /* RELCL_PROFILE can time commands only on a queue made with profiling */
+  ctx->profile = profile_requested() && (qprops & CL_QUEUE_PROFILING_ENABLE);
+  relcl_status st = setup(ctx);
+  if (st != RELCL_OK) goto fail;
   relcl__clear_error();
   *out = ctx;
   return RELCL_OK;
@@ -231,8 +287,10 @@ void relcl_context_destroy(relcl_context *ctx) {
   for (int i = 0; i < ctx->n_kernels; i++) clReleaseKernel(ctx->kernel[i].kernel);
   for (int i = 0; i < RELCL__MAX_PROGRAMS; i++)
     if (ctx->program[i]) clReleaseProgram(ctx->program[i]);
-  if (ctx->queue) clReleaseCommandQueue(ctx->queue);
-  if (ctx->cl) clReleaseContext(ctx->cl);
+  if (!ctx->borrowed) { /* the caller's own cl_context and queue stay the caller's */
+    if (ctx->queue) clReleaseCommandQueue(ctx->queue);
+    if (ctx->cl) clReleaseContext(ctx->cl);
+  }
   free(ctx);
 }
 

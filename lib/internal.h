@@ -52,6 +52,7 @@ struct relcl_context {
   cl_device_id device;
   cl_context cl;
   cl_command_queue queue;
+  bool borrowed; /* cl and queue came from relcl_context_create_from_cl: never released */
   char name[512];
   size_t device_max_wg;
   cl_ulong local_mem;
