@@ -13,12 +13,7 @@
 /* Oclgrind 21.10 cannot check the LLVM `freeze` that a paired x / y, x % y turns into, so
  * the remainder is written as a subtraction. */
 
-#define RELCL_GATHER 1   /* add P (forward) or G (backward) at each key's label */
-#define RELCL_BUCKET 2   /* write the label sums of the row's result */
-#define RELCL_CAUSAL 4
-#define RELCL_KEY_LEN 8
-#define RELCL_DROPOUT 16
-#define RELCL_WRITE_A 32 /* attn_drop_rows: write the dropped weights */
+/* flags: RELCL_GATHER, _BUCKET, _CAUSAL, _KEY_LEN, _DROPOUT, _WRITE_A (kernels/flags.h) */
 
 inline int relcl_label(int j, int pq, int k) { return clamp(j - pq, -k, k) + k; }
 

@@ -27,11 +27,7 @@ __kernel void cache_gather(__global const int *from, uint f_off, __global const 
   dst[d_off + (size_t)r * row + at] = src[s_off + (size_t)from[f_off + r] * row + at];
 }
 
-#define RELCL_STEP_REL_K 1    /* add q . wK[r] to the logits */
-#define RELCL_STEP_REL_V 2    /* add wV[r] to the values */
-#define RELCL_STEP_PER_HEAD 4 /* one (2k+1, dh) table per head */
-#define RELCL_STEP_CAUSAL 8   /* keys after the query's position are masked */
-#define RELCL_STEP_KEY_LEN 16 /* keys j >= key_len[b] are masked */
+/* flags of attn_step: RELCL_STEP_* (kernels/flags.h) */
 
 /* Attention of the few queries of a decoder step, straight from the caches: relcl.h's
  * relcl_attn_forward without dropout, for nq = 1 (self-attention of the new position) or

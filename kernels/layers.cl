@@ -10,10 +10,7 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-#define RELCL_ACCUMULATE 1 /* y += result instead of y = result */
-#define RELCL_RESIDUAL 2   /* dropout: add a residual */
-#define RELCL_DROP 4       /* dropout: p > 0 */
-#define RELCL_RELU 8       /* bias_add: then max(., 0) */
+/* flags: RELCL_ACCUMULATE, _RESIDUAL, _DROP, _RELU (kernels/flags.h) */
 
 /* ---- layer norm: one work-group per row ---- */
 

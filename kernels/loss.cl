@@ -3,7 +3,7 @@
  * reductions in common.cl's fixed-order trees. See include/relcl_layers.h for the formulas.
  */
 
-#define RELCL_WRITE_GRAD 1
+/* flags: RELCL_WRITE_GRAD (kernels/flags.h) */
 
 /* losses (rows, 2): (label-smoothed loss, nll). dz may be z (in place): every work-item reads
  * z[t], then a global-memory barrier (the reductions' barriers fence only local memory) before

@@ -3,8 +3,7 @@
  * contiguous elements, one work-group tree each, then one tree over the blocks.
  */
 
-#define RELCL_SQUARE 1 /* sum_block: square the inputs */
-#define RELCL_CLIP 1   /* adam: clip by the global norm in sumsq[0] */
+/* flags: RELCL_SQUARE, RELCL_CLIP (kernels/flags.h) */
 
 /* part[g] = sum (x_i or x_i^2) over block g = [g * block, (g + 1) * block) cut at n. */
 __kernel void sum_block(__global const float *x, uint x_off, __global float *part, uint p_off,

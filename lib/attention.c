@@ -2,19 +2,10 @@
  * factored form of ../shared/design/relative-attention.md: the content terms and the small
  * label GEMMs run in CLBlast, the gather / softmax / dropout / bucket passes over the nq x nk
  * weights in kernels/attention.cl. No nq x nk x d tensor is ever built. */
+#include "flags.h" /* RELCL_GATHER, ...: shared with kernels/attention.cl */
 #include "internal.h"
 
 #include <math.h>
-
-/* Flags shared with kernels/attention.cl. */
-enum {
-  GATHER = 1,
-  BUCKET = 2,
-  CAUSAL = 4,
-  KEY_LEN = 8,
-  DROPOUT = 16,
-  WRITE_A = 32,
-};
 
 relcl_attn_desc relcl_attn_desc_self(int batch, int heads, int n, int head_dim, int max_rel) {
   relcl_attn_desc d = {0};
@@ -90,7 +81,7 @@ static relcl_status make_plan(const relcl_attn_desc *desc, plan *p) {
   if (dmax < dmin) dmax = dmin; /* every key masked: keep one (unused) label */
   p->rlo = clampi(dmin, -p->k, p->k) + p->k;
   p->R = clampi(dmax, -p->k, p->k) + p->k - p->rlo + 1;
-  p->flags = (desc->causal ? CAUSAL : 0) | (desc->dropout > 0.0f ? DROPOUT : 0);
+  p->flags = (desc->causal ? RELCL_CAUSAL : 0) | (desc->dropout > 0.0f ? RELCL_DROPOUT : 0);
   p->scale = (float)(1.0 / sqrt((double)p->d));
   double thr = (double)desc->dropout * 4294967296.0;
   p->drop_threshold = thr >= 4294967295.0 ? 0xffffffffu : (cl_uint)thr;
@@ -240,8 +231,8 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
   if (p.rel && (st = labels_from(ctx, &p, desc->per_head, Q, wK, Pb)) != RELCL_OK) goto done;
 
   {
-    int flags = p.flags | (p.rel ? GATHER : 0) | (p.rel_v ? BUCKET : 0) |
-                (key_len.mem ? KEY_LEN : 0);
+    int flags = p.flags | (p.rel ? RELCL_GATHER : 0) | (p.rel_v ? RELCL_BUCKET : 0) |
+                (key_len.mem ? RELCL_KEY_LEN : 0);
     relcl__args a = {kern->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, Sb, S);
     relcl__buf_arg(&a, Pb, S);
@@ -289,7 +280,7 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;
   const size_t Rsz = p.rows * (size_t)p.R * sizeof(float);
   const size_t Ssz = p.rows * p.nk * sizeof(float);
-  const int len_flag = key_len.mem ? KEY_LEN : 0;
+  const int len_flag = key_len.mem ? RELCL_KEY_LEN : 0;
   relcl__kernel_entry *kdrop, *kbwd;
   if ((st = relcl__kernel(ctx, "attention", "attn_drop_rows", &kdrop)) != RELCL_OK) goto done;
   if ((st = relcl__kernel(ctx, "attention", "attn_bwd_rows", &kbwd)) != RELCL_OK) goto done;
@@ -297,7 +288,8 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (p.rel && (st = relcl__pool_get(ctx, Rsz, &Cm)) != RELCL_OK) goto done;
   if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
   if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Gm)) != RELCL_OK) goto done;
-  if ((p.flags & DROPOUT) && (st = relcl__pool_get(ctx, Ssz, &Am)) != RELCL_OK) goto done;
+  if ((p.flags & RELCL_DROPOUT) && (st = relcl__pool_get(ctx, Ssz, &Am)) != RELCL_OK)
+    goto done;
   relcl_buf A = Am ? relcl_buf_at(Am, 0) : probs; /* alpha' (= alpha without dropout) */
   relcl_buf Db = relcl_buf_at(Dm, 0), Bb = relcl_buf_at(Bm, 0), Gb = relcl_buf_at(Gm, 0),
             Cb = relcl_buf_at(Cm, 0);
@@ -309,7 +301,8 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
     relcl__buf_arg(&a, relcl_buf_at(Am, 0), Dm);
     relcl__buf_arg(&a, Bb, Dm);
     relcl__buf_arg(&a, key_len, Dm);
-    row_args(&a, &p, desc, p.flags | len_flag | (Am ? WRITE_A : 0) | (p.rel_v ? BUCKET : 0));
+    row_args(&a, &p, desc,
+             p.flags | len_flag | (Am ? RELCL_WRITE_A : 0) | (p.rel_v ? RELCL_BUCKET : 0));
     drop_args(&a, &p);
     if ((st = launch_rows(ctx, kdrop, &a, &p)) != RELCL_OK) goto done;
   }
@@ -332,7 +325,7 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
     relcl__buf_arg(&a, Cb, Dm);
     relcl__buf_arg(&a, key_len, Dm);
     row_args(&a, &p, desc,
-             p.flags | len_flag | (p.rel_v ? GATHER : 0) | (p.rel ? BUCKET : 0));
+             p.flags | len_flag | (p.rel_v ? RELCL_GATHER : 0) | (p.rel ? RELCL_BUCKET : 0));
     RELCL__ARG(&a, p.scale);
     drop_args(&a, &p);
     if ((st = launch_rows(ctx, kbwd, &a, &p)) != RELCL_OK) goto done;

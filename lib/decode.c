@@ -15,6 +15,7 @@
  * row: the relative terms cost the labels in use, the prefix only its content terms); every
  * other op is the one the full pass uses (model_graph.c), in the same order, so the two
  * differ only in summation order (the fused attention, GEMMs of other shapes). */
+#include "flags.h" /* RELCL_STEP_*: shared with kernels/decode.cl */
 #include "model_internal.h"
 #include "relcl_data.h"
 #include "relcl_layers.h"
@@ -290,8 +291,6 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
 }
 
-enum { STEP_REL_K = 1, STEP_REL_V = 2, STEP_PER_HEAD = 4, STEP_CAUSAL = 8, STEP_KEY_LEN = 16 };
-
 /* Attention of nq queries per (b, h) of Q (B, H, nq, dh) over nk keys of K, V (matrix bh at
  * bh kv_stride) into Z, by kernels/decode.cl's attn_step (the decoder's shapes: see there).
  * Relative tables wK, wV as in relcl_attn_forward (absent: no relative term). */
@@ -301,10 +300,11 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   relcl__kernel_entry *kern;
   TRY(relcl__kernel(d->ctx, "decode", "attn_step", &kern));
   const relcl_model_config *c = &d->m->cfg;
-  if (wK.mem) flags |= STEP_REL_K;
-  if (wV.mem) flags |= STEP_REL_V;
-  if ((flags & (STEP_REL_K | STEP_REL_V)) && c->rel_per_head) flags |= STEP_PER_HEAD;
-  if (key_len.mem) flags |= STEP_KEY_LEN;
+  if (wK.mem) flags |= RELCL_STEP_REL_K;
+  if (wV.mem) flags |= RELCL_STEP_REL_V;
+  if ((flags & (RELCL_STEP_REL_K | RELCL_STEP_REL_V)) && c->rel_per_head)
+    flags |= RELCL_STEP_PER_HEAD;
+  if (key_len.mem) flags |= RELCL_STEP_KEY_LEN;
   relcl_buf none = Wk(d, 0); /* unused arguments still need a buffer */
   cl_uint stride = (cl_uint)kv_stride;
   int k = c->max_rel;
@@ -374,7 +374,7 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u)
     /* (N, 1 position, H, dh) -> (N, H, 1, dh) */
     TRY(relcl_heads_split(ctx, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
     /* the tables say which relative terms there are (no rel_v with keys only) */
-    TRY(attn_step(d, N, 1, d->t + 1, d->t, STEP_CAUSAL, Wk(d, d->qh), cache(d, l, 0),
+    TRY(attn_step(d, N, 1, d->t + 1, d->t, RELCL_STEP_CAUSAL, Wk(d, d->qh), cache(d, l, 0),
                   cache(d, l, 1), (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
                   RELCL_BUF_NONE, Wk(d, d->z)));
     /* (N, H, 1, dh) is already (N, D) */

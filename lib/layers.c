@@ -9,18 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h" /* RELCL_ACCUMULATE, ...: shared with layers.cl, loss.cl, optim.cl */
 #include "internal.h"
-
-/* Flags shared with the kernels. */
-enum {
-  ACCUMULATE = 1, /* layers.cl */
-  RESIDUAL = 2,
-  DROP = 4,
-  RELU = 8,
-  WRITE_GRAD = 1, /* loss.cl */
-  SQUARE = 1,     /* optim.cl */
-  CLIP = 1,
-};
 
 enum { COLSUM_CHUNK = 64, SUMSQ_BLOCKS = 256 };
 
@@ -91,7 +81,7 @@ static relcl_status colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off,
   relcl_status st = relcl__kernel(ctx, "layers", "colsum_finish", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  int flags = accumulate ? ACCUMULATE : 0;
+  int flags = accumulate ? RELCL_ACCUMULATE : 0;
   relcl__buf_arg(&a, relcl_buf_at(part, p_off), part);
   relcl__buf_arg(&a, y, part);
   RELCL__ARG(&a, chunks);
@@ -181,7 +171,7 @@ relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl
   if ((st = relcl__kernel(ctx, "layers", "ln_bwd", &k)) != RELCL_OK) goto done;
   {
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    int flags = accumulate ? ACCUMULATE : 0;
+    int flags = accumulate ? RELCL_ACCUMULATE : 0;
     relcl__buf_arg(&a, x, NULL);
     relcl__buf_arg(&a, gain, NULL);
     relcl__buf_arg(&a, mean, NULL);
@@ -307,7 +297,7 @@ static relcl_status dropout_common(relcl_context *ctx, const char *op, size_t n,
   cl_uint v[6];
   float scale;
   drop_params(p, seed, stream, v, &scale);
-  flags |= (p > 0.0f ? DROP : 0) | (res.mem ? RESIDUAL : 0);
+  flags |= (p > 0.0f ? RELCL_DROP : 0) | (res.mem ? RELCL_RESIDUAL : 0);
   cl_uint count = (cl_uint)n;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
@@ -331,7 +321,7 @@ relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint6
                                     uint64_t stream, relcl_buf dy, relcl_buf dx,
                                     int accumulate) {
   return dropout_common(ctx, "dropout backward", n, p, seed, stream, dy, RELCL_BUF_NONE, dx,
-                        accumulate ? ACCUMULATE : 0);
+                        accumulate ? RELCL_ACCUMULATE : 0);
 }
 
 /* ---- linear ---- */
@@ -552,7 +542,7 @@ relcl_status relcl_sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf ou
   if (st != RELCL_OK) return st;
   cl_mem part = NULL;
   if ((st = relcl__pool_get(ctx, SUMSQ_BLOCKS * 4, &part)) != RELCL_OK) return st;
-  st = sum_block(ctx, x, relcl_buf_at(part, 0), n, SUMSQ_BLOCKS, SQUARE);
+  st = sum_block(ctx, x, relcl_buf_at(part, 0), n, SUMSQ_BLOCKS, RELCL_SQUARE);
   if (st == RELCL_OK) st = sum_block(ctx, relcl_buf_at(part, 0), out, SUMSQ_BLOCKS, 1, 0);
   relcl__pool_put(ctx, part);
   return st;
@@ -579,7 +569,7 @@ relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, fl
   if (st == RELCL_OK) st = relcl__kernel(ctx, "loss", "xent_rows", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  int flags = dlogits.mem ? WRITE_GRAD : 0;
+  int flags = dlogits.mem ? RELCL_WRITE_GRAD : 0;
   relcl__buf_arg(&a, logits, NULL);
   relcl__buf_arg(&a, targets, NULL);
   relcl__buf_arg(&a, dlogits, logits.mem);
@@ -648,7 +638,7 @@ relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_ar
   float lr_bc1 = (float)((double)args->lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
   float b1 = args->beta1, b2 = args->beta2, eps = args->eps, gs = args->grad_scale,
         cn = args->clip_norm;
-  int flags = clip ? CLIP : 0;
+  int flags = clip ? RELCL_CLIP : 0;
   cl_uint count = (cl_uint)n;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, param, NULL);

@@ -21,12 +21,7 @@ int relcl__program_index(const char *family) {
   return -1;
 }
 
-const char *const *relcl_program_names(void) {
-  static const char *names[RELCL__MAX_PROGRAMS + 1];
-  for (int i = 0; i < RELCL__MAX_PROGRAMS && relcl__program_sources[i].name; i++)
-    names[i] = relcl__program_sources[i].name;
-  return names;
-}
+const char *const *relcl_program_names(void) { return relcl__program_names; }
 
 static relcl_status read_text(const char *dir, const char *file, char **out) {
   char path[4096];
@@ -62,25 +57,33 @@ relcl_status relcl__program_source_text(int i, char **out) {
   *out = NULL;
   const relcl__program_source *ps = &relcl__program_sources[i];
   const char *dir = getenv("RELCL_KERNEL_DIR");
-  char *common = NULL, *body = NULL;
+  char *flags = NULL, *common = NULL, *body = NULL, *text = NULL;
   relcl_status st = RELCL_OK;
   if (dir && dir[0]) {
-    st = read_text(dir, "common.cl", &common);
+    st = read_text(dir, "flags.h", &flags);
+    if (st == RELCL_OK) st = read_text(dir, "common.cl", &common);
     if (st == RELCL_OK) st = read_text(dir, ps->file, &body);
     if (st != RELCL_OK) goto done;
   }
-  const char *c = common ? common : relcl__common_source;
   const char *b = body ? body : ps->source;
-  size_t n = strlen(c) + strlen(b) + 64;
-  char *text = malloc(n);
+  size_t n = strlen(relcl__common_source) + (flags ? strlen(flags) + strlen(common) : 0) +
+             strlen(b) + 128;
+  text = malloc(n);
   if (text == NULL) {
     st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
-  /* #line keeps compiler messages pointing at the right file and line */
-  snprintf(text, n, "%s\n#line 1 \"%s\"\n%s", c, ps->file, b);
+  /* #line keeps compiler messages pointing at the right file and line; the prelude from
+   * RELCL_KERNEL_DIR is composed as tools/embed_kernels.py composes the embedded one */
+  if (flags)
+    snprintf(text, n,
+             "#line 1 \"flags.h\"\n%s\n#line 1 \"common.cl\"\n%s\n#line 1 \"%s\"\n%s", flags,
+             common, ps->file, b);
+  else
+    snprintf(text, n, "%s\n#line 1 \"%s\"\n%s", relcl__common_source, ps->file, b);
   *out = text;
 done:
+  free(flags);
   free(common);
   free(body);
   return st;

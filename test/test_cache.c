@@ -127,10 +127,14 @@ int main(void) {
   mkdir(kdir, 0755);
   const char *const *names = relcl_program_names();
   char path[600];
-  snprintf(path, sizeof path, "%s/common.cl", RELCL_SOURCE_KERNEL_DIR);
-  char *common = read_file(path);
-  snprintf(path, sizeof path, "%s/common.cl", kdir);
-  write_file(path, common ? common : "");
+  static const char *const prelude[] = {"flags.h", "common.cl"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", RELCL_SOURCE_KERNEL_DIR, prelude[i]);
+    char *text = read_file(path);
+    snprintf(path, sizeof path, "%s/%s", kdir, prelude[i]);
+    write_file(path, text ? text : "");
+    free(text);
+  }
   for (int i = 0; names[i]; i++) {
     char src[600], dst[600];
     snprintf(src, sizeof src, "%s/%s.cl", RELCL_SOURCE_KERNEL_DIR, names[i]);
@@ -160,7 +164,6 @@ int main(void) {
   unsetenv("RELCL_KERNEL_DIR");
   free(att);
   free(broken);
-  free(common);
 
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -1,0 +1,37 @@
+/* The flag bits relcl's host code passes to its kernels (an int argument named flags), the
+ * one definition both sides use: lib/ includes this file, and the build embeds it at the
+ * head of every program's source (before common.cl), so a bit cannot mean one thing in C and
+ * another in OpenCL C. Plain #defines only: it must be valid C11 and OpenCL C 1.2. Bits
+ * belong to one kernel family each; families may reuse values. */
+#ifndef RELCL_KERNEL_FLAGS_H
+#define RELCL_KERNEL_FLAGS_H
+
+/* attention.cl: the row kernels of relcl_attn_forward / _backward */
+#define RELCL_GATHER 1   /* add P (forward) or G (backward) at each key's label */
+#define RELCL_BUCKET 2   /* write the label sums of the row's result */
+#define RELCL_CAUSAL 4   /* mask keys after the query's position */
+#define RELCL_KEY_LEN 8  /* mask keys j >= key_len[b] */
+#define RELCL_DROPOUT 16 /* dropout on the attention weights */
+#define RELCL_WRITE_A 32 /* attn_drop_rows: write the dropped weights */
+
+/* decode.cl: attn_step, the decoder's one-step attention over the caches */
+#define RELCL_STEP_REL_K 1    /* add q . wK[r] to the logits */
+#define RELCL_STEP_REL_V 2    /* add wV[r] to the values */
+#define RELCL_STEP_PER_HEAD 4 /* one (2k+1, dh) table per head */
+#define RELCL_STEP_CAUSAL 8   /* keys after the query's position are masked */
+#define RELCL_STEP_KEY_LEN 16 /* keys j >= key_len[b] are masked */
+
+/* layers.cl */
+#define RELCL_ACCUMULATE 1 /* y += result instead of y = result */
+#define RELCL_RESIDUAL 2   /* dropout: add a residual */
+#define RELCL_DROP 4       /* dropout: p > 0 */
+#define RELCL_RELU 8       /* bias_add: then max(., 0) */
+
+/* loss.cl */
+#define RELCL_WRITE_GRAD 1 /* xent_rows: write the gradient of the logits */
+
+/* optim.cl */
+#define RELCL_SQUARE 1 /* sum_block: square the inputs */
+#define RELCL_CLIP 1   /* adam: clip by the global norm in sumsq[0] */
+
+#endif
