@@ -4,6 +4,7 @@
  * weights in kernels/attention.cl. No nq x nk x d tensor is ever built. */
 #include "flags.h" /* RELCL_GATHER, ...: shared with kernels/attention.cl */
 #include "internal.h"
+#include "ops.h"
 
 #include <math.h>
 
@@ -203,11 +204,21 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
-  plan p;
+  plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st == RELCL_OK) st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
   if (st == RELCL_OK) st = relcl__check_buf(Z, p.rows * p.d, "Z");
   if (st == RELCL_OK && probs.mem) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
+  if (st != RELCL_OK) return st;
+  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, probs);
+}
+
+/* make_plan again (host arithmetic, no OpenCL call): the plan is also what the launch uses. */
+relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
+  plan p = {0};
+  relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
 
   cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
@@ -263,7 +274,7 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
                                  relcl_buf dwV) {
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
-  plan p;
+  plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
   size_t tables = desc->per_head ? p.H : 1;
@@ -275,6 +286,18 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (st == RELCL_OK) st = relcl__check_buf(dV, p.BH * p.nk * p.d, "dV");
   if (st == RELCL_OK && p.rel && dwK.mem) st = relcl__check_buf(dwK, tables * p.table, "dwK");
   if (st == RELCL_OK && p.rel_v && dwV.mem) st = relcl__check_buf(dwV, tables * p.table, "dwV");
+  if (st != RELCL_OK) return st;
+  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, dK, dV, dwK,
+                              dwV);
+}
+
+relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
+                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
+                                  relcl_buf dwV) {
+  plan p = {0};
+  relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
 
   cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;

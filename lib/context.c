@@ -1,5 +1,6 @@
 /* Device choice, context and queue, kernel lookup and launching, plain buffer helpers. */
 #include "internal.h"
+#include "ops.h"
 
 #include <ctype.h>
 #include <stdint.h>
@@ -377,7 +378,12 @@ relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const rel
 
 /* ---- buffers ---- */
 
+static _Thread_local unsigned long check_buf_calls;
+
+unsigned long relcl__check_buf_count(void) { return check_buf_calls; }
+
 relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what) {
+  check_buf_calls++;
   if (buf.mem == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s is NULL", what);
   /* kernels index with 32-bit element offsets */
   if (n > UINT32_MAX || buf.offset > UINT32_MAX - n)
@@ -406,24 +412,32 @@ relcl_status relcl_alloc(relcl_context *ctx, size_t n, cl_mem *out) {
   return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clCreateBuffer");
 }
 
+relcl_status relcl__write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n) {
+  if (n == 0) return RELCL_OK;
+  cl_int err = clEnqueueWriteBuffer(ctx->queue, dst.mem, CL_TRUE, dst.offset * 4, n * 4, src, 0,
+                                    NULL, NULL);
+  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueWriteBuffer");
+}
+
 relcl_status relcl_write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n) {
   if (ctx == NULL || (src == NULL && n > 0))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_write: ctx or src is NULL");
   relcl_status st = relcl__check_buf(dst, n, "relcl_write destination");
-  if (st != RELCL_OK || n == 0) return st;
-  cl_int err = clEnqueueWriteBuffer(ctx->queue, dst.mem, CL_TRUE, dst.offset * 4, n * 4, src, 0,
-                                    NULL, NULL);
-  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueWriteBuffer");
+  return st == RELCL_OK ? relcl__write(ctx, dst, src, n) : st;
+}
+
+relcl_status relcl__read(relcl_context *ctx, relcl_buf src, void *dst, size_t n) {
+  if (n == 0) return RELCL_OK;
+  cl_int err = clEnqueueReadBuffer(ctx->queue, src.mem, CL_TRUE, src.offset * 4, n * 4, dst, 0,
+                                   NULL, NULL);
+  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueReadBuffer");
 }
 
 relcl_status relcl_read(relcl_context *ctx, relcl_buf src, void *dst, size_t n) {
   if (ctx == NULL || (dst == NULL && n > 0))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_read: ctx or dst is NULL");
   relcl_status st = relcl__check_buf(src, n, "relcl_read source");
-  if (st != RELCL_OK || n == 0) return st;
-  cl_int err = clEnqueueReadBuffer(ctx->queue, src.mem, CL_TRUE, src.offset * 4, n * 4, dst, 0,
-                                   NULL, NULL);
-  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueReadBuffer");
+  return st == RELCL_OK ? relcl__read(ctx, src, dst, n) : st;
 }
 
 relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t n) {

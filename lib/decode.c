@@ -17,6 +17,7 @@
  * differ only in summation order (the fused attention, GEMMs of other shapes). */
 #include "flags.h" /* RELCL_STEP_*: shared with kernels/decode.cl */
 #include "model_internal.h"
+#include "ops.h"
 #include "relcl_data.h"
 #include "relcl_layers.h"
 
@@ -156,10 +157,10 @@ static relcl_status cross_memory(relcl_decoder *d) {
   for (int l = 0; l < d->L; l++) {
     const relcl__attn_p *ap = &m->dec[l].cross;
     const size_t k = 2 * (size_t)l * Ns * D, v = k + Ns * D;
-    TRY(relcl_linear_forward(d->ctx, (int)Ns, d->D, 2 * d->D, enc, P(d, ap->wq + DD),
+    TRY(relcl__linear_forward(d->ctx, (int)Ns, d->D, 2 * d->D, enc, P(d, ap->wq + DD),
                              P(d, ap->bq + D), tmp));
-    TRY(relcl_heads_split(d->ctx, d->B, d->S, d->H, d->dh, tmp, 2 * d->D, Mem(d, k)));
-    TRY(relcl_heads_split(d->ctx, d->B, d->S, d->H, d->dh, relcl_buf_at(tmp.mem, tmp.offset + D),
+    TRY(relcl__heads_split(d->ctx, d->B, d->S, d->H, d->dh, tmp, 2 * d->D, Mem(d, k)));
+    TRY(relcl__heads_split(d->ctx, d->B, d->S, d->H, d->dh, relcl_buf_at(tmp.mem, tmp.offset + D),
                           2 * d->D, Mem(d, v)));
   }
   return RELCL_OK;
@@ -244,7 +245,7 @@ relcl_status relcl_decoder_create(relcl_model *m, const relcl_model_batch *src, 
       if ((st = ws_ensure(d->ctx, d->ws, W_CACHE0 + i, cache_n)) != RELCL_OK) goto fail;
     /* I_ZEROS must hold zeros: a reused buffer may hold anything */
     if ((st = relcl__fill(d->ctx, Id(d, I_ZEROS), 0.0f, N)) != RELCL_OK ||
-        (st = relcl_write(d->ctx, Id(d, I_SRCLEN), src->src_lens, (size_t)d->B)) != RELCL_OK)
+        (st = relcl__write(d->ctx, Id(d, I_SRCLEN), src->src_lens, (size_t)d->B)) != RELCL_OK)
       goto fail;
   }
   if ((st = relcl__model_encode(m, src)) != RELCL_OK || (st = cross_memory(d)) != RELCL_OK)
@@ -360,36 +361,36 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u)
   const int N = d->N, D = d->D;
   relcl_buf a = Wk(d, d->a);
   if (kind == SUB_FFN) {
-    TRY(relcl_linear_forward(ctx, N, D, d->F, u, P(d, dp->ffn.w1), P(d, dp->ffn.b1),
+    TRY(relcl__linear_forward(ctx, N, D, d->F, u, P(d, dp->ffn.w1), P(d, dp->ffn.b1),
                              Wk(d, d->h)));
-    TRY(relcl_relu_forward(ctx, (size_t)N * d->F, Wk(d, d->h), Wk(d, d->h)));
-    return relcl_linear_forward(ctx, N, d->F, D, Wk(d, d->h), P(d, dp->ffn.w2),
+    TRY(relcl__relu_forward(ctx, (size_t)N * d->F, Wk(d, d->h), Wk(d, d->h)));
+    return relcl__linear_forward(ctx, N, d->F, D, Wk(d, d->h), P(d, dp->ffn.w2),
                                 P(d, dp->ffn.b2), a);
   }
   if (kind == SUB_SELF) {
     const relcl__attn_p *ap = &dp->self;
-    TRY(relcl_linear_forward(ctx, N, D, 3 * D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
+    TRY(relcl__linear_forward(ctx, N, D, 3 * D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
     TRY(cache_put(d, (size_t)D, cache(d, l, 0)));
     TRY(cache_put(d, 2 * (size_t)D, cache(d, l, 1)));
     /* (N, 1 position, H, dh) -> (N, H, 1, dh) */
-    TRY(relcl_heads_split(ctx, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
+    TRY(relcl__heads_split(ctx, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
     /* the tables say which relative terms there are (no rel_v with keys only) */
     TRY(attn_step(d, N, 1, d->t + 1, d->t, RELCL_STEP_CAUSAL, Wk(d, d->qh), cache(d, l, 0),
                   cache(d, l, 1), (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
                   RELCL_BUF_NONE, Wk(d, d->z)));
     /* (N, H, 1, dh) is already (N, D) */
-    return relcl_linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), P(d, ap->bo), a);
+    return relcl__linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), P(d, ap->bo), a);
   }
   const relcl__attn_p *ap = &dp->cross;
   const size_t k = 2 * (size_t)l * d->B * d->S * D, v = k + (size_t)d->B * d->S * D;
-  TRY(relcl_linear_forward(ctx, N, D, D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
+  TRY(relcl__linear_forward(ctx, N, D, D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
   /* the beam rows of a sentence are its queries: (B, beam, D) -> (B, H, beam, dh) */
-  TRY(relcl_heads_split(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
+  TRY(relcl__heads_split(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
   TRY(attn_step(d, d->B, d->beam, d->S, 0, 0, Wk(d, d->qh), Mem(d, k), Mem(d, v),
                 (size_t)d->S * d->dh, RELCL_BUF_NONE, RELCL_BUF_NONE, Id(d, I_SRCLEN),
                 Wk(d, d->z)));
-  TRY(relcl_heads_merge(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
-  return relcl_linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), P(d, ap->bo), a);
+  TRY(relcl__heads_merge(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
+  return relcl__linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), P(d, ap->bo), a);
 }
 
 /* One residual block from x_in into x_out (model_graph.c's block_fwd without dropout; the
@@ -401,15 +402,15 @@ static relcl_status block_fwd(relcl_decoder *d, int l, sub_kind kind, size_t x_i
   const int N = d->N, D = d->D;
   const size_t n = (size_t)N * D;
   if (d->pre) {
-    TRY(relcl_layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, x_in), P(d, ln->g),
+    TRY(relcl__layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, x_in), P(d, ln->g),
                                 P(d, ln->b), Wk(d, d->u), Wk(d, d->mean), Wk(d, d->rstd)));
     TRY(sub_fwd(d, l, kind, Wk(d, d->u)));
-    return relcl_dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in),
+    return relcl__dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in),
                                  Wk(d, x_out));
   }
   TRY(sub_fwd(d, l, kind, Wk(d, x_in)));
-  TRY(relcl_dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in), Wk(d, d->s)));
-  return relcl_layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, d->s), P(d, ln->g),
+  TRY(relcl__dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in), Wk(d, d->s)));
+  return relcl__layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, d->s), P(d, ln->g),
                                  P(d, ln->b), Wk(d, x_out), Wk(d, d->mean), Wk(d, d->rstd));
 }
 
@@ -425,11 +426,11 @@ relcl_status relcl_decoder_step(relcl_decoder *d, const int32_t *tokens) {
                          (int)tokens[r], d->V - 1);
   relcl_model *m = d->m;
   const int N = d->N, D = d->D;
-  TRY(relcl_write(d->ctx, Id(d, I_TOK), tokens, (size_t)N));
-  TRY(relcl_embedding_forward(d->ctx, N, D, d->V, Id(d, I_TOK), P(d, m->emb),
+  TRY(relcl__write(d->ctx, Id(d, I_TOK), tokens, (size_t)N));
+  TRY(relcl__embedding_forward(d->ctx, N, D, d->V, Id(d, I_TOK), P(d, m->emb),
                               sqrtf((float)D), Wk(d, d->x0)));
   if (m->cfg.positions & RELCL_POS_ABSOLUTE)
-    TRY(relcl_posenc_add(d->ctx, Wk(d, d->x0), N, 1, D, d->t));
+    TRY(relcl__posenc_add(d->ctx, Wk(d, d->x0), N, 1, D, d->t));
   size_t x = d->x0, y = d->x1;
   for (int l = 0; l < d->L; l++)
     for (int k = 0; k < 3; k++) {
@@ -439,7 +440,7 @@ relcl_status relcl_decoder_step(relcl_decoder *d, const int32_t *tokens) {
       y = s;
     }
   if (d->pre) {
-    TRY(relcl_layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, x), P(d, m->dec_norm.g),
+    TRY(relcl__layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, x), P(d, m->dec_norm.g),
                                 P(d, m->dec_norm.b), Wk(d, y), Wk(d, d->mean),
                                 Wk(d, d->rstd)));
     x = y;
@@ -456,7 +457,7 @@ relcl_status relcl_decoder_logprobs(relcl_decoder *d, float *out) {
   if (d == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_logprobs: NULL argument");
   const size_t V = (size_t)d->V;
-  TRY(relcl_read(d->ctx, Wk(d, d->logits), out, (size_t)d->N * V));
+  TRY(relcl__read(d->ctx, Wk(d, d->logits), out, (size_t)d->N * V));
   for (int r = 0; r < d->N; r++) {
     float *z = out + (size_t)r * V;
     double mx = -INFINITY, se = 0.0;
@@ -473,12 +474,12 @@ relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse) {
   const size_t N = (size_t)d->N, V = (size_t)d->V;
   /* the loss kernel's NLL of target 0 is lse - z_0 (a stable log-sum-exp per row, on the
    * device): lse = that + z_0 */
-  TRY(relcl_xent_forward_backward(d->ctx, d->N, d->V, 0.0f, -1, Wk(d, d->logits),
+  TRY(relcl__xent_forward_backward(d->ctx, d->N, d->V, 0.0f, -1, Wk(d, d->logits),
                                   Id(d, I_ZEROS), 1.0f, RELCL_BUF_NONE, Wk(d, d->losses)));
-  TRY(relcl_read(d->ctx, Wk(d, d->logits), logits, N * V));
+  TRY(relcl__read(d->ctx, Wk(d, d->logits), logits, N * V));
   float *l = malloc(2 * N * sizeof *l);
   if (l == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
-  relcl_status st = relcl_read(d->ctx, Wk(d, d->losses), l, 2 * N);
+  relcl_status st = relcl__read(d->ctx, Wk(d, d->losses), l, 2 * N);
   for (size_t r = 0; st == RELCL_OK && r < N; r++)
     lse[r] = (double)l[2 * r + 1] + (double)logits[r * V];
   free(l);
@@ -488,8 +489,8 @@ relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse) {
 relcl_status relcl_decoder_argmax(relcl_decoder *d, int32_t *out) {
   if (d == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_argmax: NULL argument");
-  TRY(relcl_argmax_rows(d->ctx, d->N, d->V, Wk(d, d->logits), d->V, Id(d, I_ARGMAX)));
-  return relcl_read(d->ctx, Id(d, I_ARGMAX), out, (size_t)d->N);
+  TRY(relcl__argmax_rows(d->ctx, d->N, d->V, Wk(d, d->logits), d->V, Id(d, I_ARGMAX)));
+  return relcl__read(d->ctx, Id(d, I_ARGMAX), out, (size_t)d->N);
 }
 
 relcl_status relcl_decoder_select(relcl_decoder *d, int batch, const int32_t *sources,
@@ -519,16 +520,16 @@ relcl_status relcl_decoder_select(relcl_decoder *d, int batch, const int32_t *so
   /* gathers into the other copy of the caches (the positions so far) and of the encoder's
    * keys and values ((H, S, dh) a row: the embedding kernel at scale 1, an exact copy) */
   if (d->t > 0) {
-    TRY(relcl_write(d->ctx, Id(d, I_FROM), from, (size_t)N));
+    TRY(relcl__write(d->ctx, Id(d, I_FROM), from, (size_t)N));
     for (int i = 0; i < 2 * d->L; i++)
       TRY(cache_gather(d, cache_copy(d, d->cur, i), cache_copy(d, 1 - d->cur, i), N));
     d->cur = 1 - d->cur;
   }
   if (!same_sources) {
     const size_t BSD = (size_t)d->B * d->S * d->D, bSD = (size_t)batch * d->S * d->D;
-    TRY(relcl_write(d->ctx, Id(d, I_SOURCES), sources, (size_t)batch));
+    TRY(relcl__write(d->ctx, Id(d, I_SOURCES), sources, (size_t)batch));
     for (int i = 0; i < 2 * d->L; i++) /* layer i / 2, keys then values: packed anew */
-      TRY(relcl_embedding_forward(d->ctx, batch, d->S * d->D, d->B, Id(d, I_SOURCES),
+      TRY(relcl__embedding_forward(d->ctx, batch, d->S * d->D, d->B, Id(d, I_SOURCES),
                                   Mem(d, (size_t)i * BSD), 1.0f,
                                   relcl_buf_at(d->ws->buf[W_MEM2], (size_t)i * bSD)));
     cl_mem m = d->ws->buf[W_MEM];
@@ -543,7 +544,7 @@ relcl_status relcl_decoder_select(relcl_decoder *d, int batch, const int32_t *so
     for (int j = 0; j < batch; j++) lens[j] = d->src_lens[sources[j]];
     memcpy(d->src_lens, lens, (size_t)batch * sizeof *lens);
     free(lens);
-    TRY(relcl_write(d->ctx, Id(d, I_SRCLEN), d->src_lens, (size_t)batch));
+    TRY(relcl__write(d->ctx, Id(d, I_SRCLEN), d->src_lens, (size_t)batch));
     d->B = batch;
   }
   d->N = N;

@@ -142,6 +142,8 @@ relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t 
 
 /* Check that buf holds at least n elements of 4 bytes past its offset. */
 relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what);
+/* relcl__check_buf calls made so far on this thread: test_checks counts the graph's (none). */
+unsigned long relcl__check_buf_count(void);
 
 /* ---- host utilities (util.c) ---- */
 

@@ -11,6 +11,7 @@
 
 #include "flags.h" /* RELCL_ACCUMULATE, ...: shared with layers.cl, loss.cl, optim.cl */
 #include "internal.h"
+#include "ops.h"
 
 enum { COLSUM_CHUNK = 64, SUMSQ_BLOCKS = 256 };
 
@@ -94,6 +95,24 @@ static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK
 
 /* ---- layer norm ---- */
 
+relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
+                                      relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                      relcl_buf mean, relcl_buf rstd) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  relcl__buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, gain, NULL);
+  relcl__buf_arg(&a, bias, NULL);
+  relcl__buf_arg(&a, y, NULL);
+  relcl__buf_arg(&a, mean, NULL);
+  relcl__buf_arg(&a, rstd, NULL);
+  RELCL__ARG(&a, d);
+  RELCL__ARG(&a, eps);
+  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
+}
+
 relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
                                      relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
                                      relcl_buf mean, relcl_buf rstd) {
@@ -110,40 +129,15 @@ relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float 
   if (st == RELCL_OK) st = chk(y, n, op, "y");
   if (st == RELCL_OK) st = chk(mean, (size_t)rows, op, "mean");
   if (st == RELCL_OK) st = chk(rstd, (size_t)rows, op, "rstd");
-  relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  relcl__buf_arg(&a, x, NULL);
-  relcl__buf_arg(&a, gain, NULL);
-  relcl__buf_arg(&a, bias, NULL);
-  relcl__buf_arg(&a, y, NULL);
-  relcl__buf_arg(&a, mean, NULL);
-  relcl__buf_arg(&a, rstd, NULL);
-  RELCL__ARG(&a, d);
-  RELCL__ARG(&a, eps);
-  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
+  return relcl__layernorm_forward(ctx, rows, d, eps, x, gain, bias, y, mean, rstd);
 }
 
-relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
-                                      relcl_buf gain, relcl_buf mean, relcl_buf rstd,
-                                      relcl_buf dy, relcl_buf dx, int accumulate,
-                                      relcl_buf dgain, relcl_buf dbias) {
-  static const char op[] = "layernorm backward";
-  if (ctx == NULL) return no_ctx(op);
-  relcl_status st = positive(op, "rows", rows);
-  if (st == RELCL_OK) st = positive(op, "d", d);
-  size_t n = (size_t)rows * (size_t)d;
-  if (st == RELCL_OK) st = chk(x, n, op, "x");
-  if (st == RELCL_OK) st = chk(gain, (size_t)d, op, "gain");
-  if (st == RELCL_OK) st = chk(mean, (size_t)rows, op, "mean");
-  if (st == RELCL_OK) st = chk(rstd, (size_t)rows, op, "rstd");
-  if (st == RELCL_OK) st = chk(dy, n, op, "dy");
-  if (st == RELCL_OK) st = chk(dx, n, op, "dx");
-  if (st == RELCL_OK && dgain.mem) st = chk(dgain, (size_t)d, op, "dgain");
-  if (st == RELCL_OK && dbias.mem) st = chk(dbias, (size_t)d, op, "dbias");
-  if (st != RELCL_OK) return st;
-
+relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
+                                       relcl_buf gain, relcl_buf mean, relcl_buf rstd,
+                                       relcl_buf dy, relcl_buf dx, int accumulate,
+                                       relcl_buf dgain, relcl_buf dbias) {
+  relcl_status st = RELCL_OK;
   cl_mem part = NULL;
   relcl__kernel_entry *k;
   if ((dgain.mem || dbias.mem)) { /* parameter sums first: dx may overwrite dy */
@@ -187,7 +181,46 @@ done:
   return st;
 }
 
+relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
+                                      relcl_buf gain, relcl_buf mean, relcl_buf rstd,
+                                      relcl_buf dy, relcl_buf dx, int accumulate,
+                                      relcl_buf dgain, relcl_buf dbias) {
+  static const char op[] = "layernorm backward";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "d", d);
+  size_t n = (size_t)rows * (size_t)d;
+  if (st == RELCL_OK) st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(gain, (size_t)d, op, "gain");
+  if (st == RELCL_OK) st = chk(mean, (size_t)rows, op, "mean");
+  if (st == RELCL_OK) st = chk(rstd, (size_t)rows, op, "rstd");
+  if (st == RELCL_OK) st = chk(dy, n, op, "dy");
+  if (st == RELCL_OK) st = chk(dx, n, op, "dx");
+  if (st == RELCL_OK && dgain.mem) st = chk(dgain, (size_t)d, op, "dgain");
+  if (st == RELCL_OK && dbias.mem) st = chk(dbias, (size_t)d, op, "dbias");
+  if (st != RELCL_OK) return st;
+
+  return relcl__layernorm_backward(ctx, rows, d, x, gain, mean, rstd, dy, dx, accumulate, dgain, dbias);
+}
+
 /* ---- embedding ---- */
+
+relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int vocab,
+                                      relcl_buf ids, relcl_buf table, float scale,
+                                      relcl_buf out) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "layers", "embed_fwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  relcl__buf_arg(&a, ids, NULL);
+  relcl__buf_arg(&a, table, NULL);
+  relcl__buf_arg(&a, out, NULL);
+  RELCL__ARG(&a, n);
+  RELCL__ARG(&a, d);
+  RELCL__ARG(&a, vocab);
+  RELCL__ARG(&a, scale);
+  return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n, 1);
+}
 
 relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab,
                                      relcl_buf ids, relcl_buf table, float scale,
@@ -200,18 +233,8 @@ relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab
   if (st == RELCL_OK) st = chk(ids, (size_t)n, op, "ids");
   if (st == RELCL_OK) st = chk(table, (size_t)vocab * (size_t)d, op, "table");
   if (st == RELCL_OK) st = chk(out, (size_t)n * (size_t)d, op, "out");
-  relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "embed_fwd", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  relcl__buf_arg(&a, ids, NULL);
-  relcl__buf_arg(&a, table, NULL);
-  relcl__buf_arg(&a, out, NULL);
-  RELCL__ARG(&a, n);
-  RELCL__ARG(&a, d);
-  RELCL__ARG(&a, vocab);
-  RELCL__ARG(&a, scale);
-  return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n, 1);
+  return relcl__embedding_forward(ctx, n, d, vocab, ids, table, scale, out);
 }
 
 relcl_status relcl_embedding_index(const int32_t *ids, int n, int vocab, int32_t *tokens,
@@ -245,6 +268,26 @@ relcl_status relcl_embedding_index(const int32_t *ids, int n, int vocab, int32_t
   return RELCL_OK;
 }
 
+relcl_status relcl__embedding_backward(relcl_context *ctx, int n_tokens, int d, int vocab,
+                                       relcl_buf tokens, relcl_buf offsets,
+                                       relcl_buf positions, relcl_buf dout, float scale,
+                                       relcl_buf dtable) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "layers", "embed_bwd", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  relcl__buf_arg(&a, tokens, NULL);
+  relcl__buf_arg(&a, offsets, NULL);
+  relcl__buf_arg(&a, positions, NULL);
+  relcl__buf_arg(&a, dout, NULL);
+  relcl__buf_arg(&a, dtable, NULL);
+  RELCL__ARG(&a, n_tokens);
+  RELCL__ARG(&a, d);
+  RELCL__ARG(&a, vocab);
+  RELCL__ARG(&a, scale);
+  return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n_tokens, 1);
+}
+
 relcl_status relcl_embedding_backward(relcl_context *ctx, int n_tokens, int d, int vocab,
                                       relcl_buf tokens, relcl_buf offsets,
                                       relcl_buf positions, relcl_buf dout, float scale,
@@ -261,27 +304,14 @@ relcl_status relcl_embedding_backward(relcl_context *ctx, int n_tokens, int d, i
   if (st == RELCL_OK) st = chk(positions, 1, op, "positions");
   if (st == RELCL_OK) st = chk(dout, (size_t)d, op, "dout");
   if (st == RELCL_OK) st = chk(dtable, (size_t)vocab * (size_t)d, op, "dtable");
-  relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "embed_bwd", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  relcl__buf_arg(&a, tokens, NULL);
-  relcl__buf_arg(&a, offsets, NULL);
-  relcl__buf_arg(&a, positions, NULL);
-  relcl__buf_arg(&a, dout, NULL);
-  relcl__buf_arg(&a, dtable, NULL);
-  RELCL__ARG(&a, n_tokens);
-  RELCL__ARG(&a, d);
-  RELCL__ARG(&a, vocab);
-  RELCL__ARG(&a, scale);
-  return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n_tokens, 1);
+  return relcl__embedding_backward(ctx, n_tokens, d, vocab, tokens, offsets, positions, dout, scale, dtable);
 }
 
 /* ---- dropout ---- */
 
-static relcl_status dropout_common(relcl_context *ctx, const char *op, size_t n, float p,
-                                   uint64_t seed, uint64_t stream, relcl_buf x, relcl_buf res,
-                                   relcl_buf y, int flags) {
+static relcl_status dropout_check(relcl_context *ctx, const char *op, size_t n, float p,
+                                  relcl_buf x, relcl_buf res, relcl_buf y) {
   if (ctx == NULL) return no_ctx(op);
   if (!(p >= 0.0f && p < 1.0f))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: p=%g must be in [0, 1)", op, (double)p);
@@ -291,8 +321,15 @@ static relcl_status dropout_common(relcl_context *ctx, const char *op, size_t n,
     st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: n=%zu over 2^32 - 4", op, n);
   if (st == RELCL_OK && res.mem) st = chk(res, n, op, "residual");
   if (st == RELCL_OK) st = chk(y, n, op, "y");
+  return st;
+}
+
+static relcl_status dropout_launch(relcl_context *ctx, size_t n, float p, uint64_t seed,
+                                   uint64_t stream, relcl_buf x, relcl_buf res, relcl_buf y,
+                                   int flags) {
+  if (n == 0) return RELCL_OK;
   relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "dropout_apply", &k);
+  relcl_status st = relcl__kernel(ctx, "layers", "dropout_apply", &k);
   if (st != RELCL_OK) return st;
   cl_uint v[6];
   float scale;
@@ -311,20 +348,54 @@ static relcl_status dropout_common(relcl_context *ctx, const char *op, size_t n,
   return launch_1d(ctx, k, &a, (n + 3) / 4);
 }
 
+relcl_status relcl__dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
+                                    uint64_t stream, relcl_buf x, relcl_buf residual,
+                                    relcl_buf y) {
+  return dropout_launch(ctx, n, p, seed, stream, x, residual, y, 0);
+}
+
 relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                    uint64_t stream, relcl_buf x, relcl_buf residual,
                                    relcl_buf y) {
-  return dropout_common(ctx, "dropout forward", n, p, seed, stream, x, residual, y, 0);
+  relcl_status st = dropout_check(ctx, "dropout forward", n, p, x, residual, y);
+  return st == RELCL_OK ? relcl__dropout_forward(ctx, n, p, seed, stream, x, residual, y) : st;
+}
+
+relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
+                                     uint64_t stream, relcl_buf dy, relcl_buf dx,
+                                     int accumulate) {
+  return dropout_launch(ctx, n, p, seed, stream, dy, RELCL_BUF_NONE, dx,
+                        accumulate ? RELCL_ACCUMULATE : 0);
 }
 
 relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                     uint64_t stream, relcl_buf dy, relcl_buf dx,
                                     int accumulate) {
-  return dropout_common(ctx, "dropout backward", n, p, seed, stream, dy, RELCL_BUF_NONE, dx,
-                        accumulate ? RELCL_ACCUMULATE : 0);
+  relcl_status st = dropout_check(ctx, "dropout backward", n, p, dy, RELCL_BUF_NONE, dx);
+  return st == RELCL_OK ? relcl__dropout_backward(ctx, n, p, seed, stream, dy, dx, accumulate)
+                        : st;
 }
 
 /* ---- linear ---- */
+
+relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                   relcl_buf W, relcl_buf b, relcl_buf y) {
+  const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
+  relcl_status st = RELCL_OK;
+  st = relcl__gemm(ctx, false, true, R, O, I, 1.0f, x, I, 0, W, I, 0, 0.0f, y, O, 0, 1);
+  if (st != RELCL_OK || b.mem == NULL) return st;
+  relcl__kernel_entry *k;
+  if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  int flags = 0;
+  relcl__buf_arg(&a, y, NULL);
+  RELCL__ARG(&a, out);
+  relcl__buf_arg(&a, b, NULL);
+  RELCL__ARG(&a, rows);
+  RELCL__ARG(&a, out);
+  RELCL__ARG(&a, flags);
+  return launch_nd(ctx, k, &a, 2, O, R, 1);
+}
 
 relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                   relcl_buf W, relcl_buf b, relcl_buf y) {
@@ -339,19 +410,21 @@ relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out,
   if (st == RELCL_OK && b.mem) st = chk(b, O, op, "b");
   if (st == RELCL_OK) st = chk(y, R * O, op, "y");
   if (st != RELCL_OK) return st;
-  st = relcl__gemm(ctx, false, true, R, O, I, 1.0f, x, I, 0, W, I, 0, 0.0f, y, O, 0, 1);
-  if (st != RELCL_OK || b.mem == NULL) return st;
-  relcl__kernel_entry *k;
-  if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  int flags = 0;
-  relcl__buf_arg(&a, y, NULL);
-  RELCL__ARG(&a, out);
-  relcl__buf_arg(&a, b, NULL);
-  RELCL__ARG(&a, rows);
-  RELCL__ARG(&a, out);
-  RELCL__ARG(&a, flags);
-  return launch_nd(ctx, k, &a, 2, O, R, 1);
+  return relcl__linear_forward(ctx, rows, in, out, x, W, b, y);
+}
+
+relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                    relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
+                                    relcl_buf dW, relcl_buf db) {
+  const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
+  relcl_status st = RELCL_OK;
+  if (dx.mem)
+    st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0,
+                     accumulate ? 1.0f : 0.0f, dx, I, 0, 1);
+  if (st == RELCL_OK && dW.mem)
+    st = relcl__gemm(ctx, true, false, O, I, R, 1.0f, dy, O, 0, x, I, 0, 1.0f, dW, I, 0, 1);
+  if (st == RELCL_OK && db.mem) st = relcl__colsum(ctx, rows, out, dy, out, db, 1);
+  return st;
 }
 
 relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
@@ -370,26 +443,25 @@ relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out
   if (st == RELCL_OK && dW.mem) st = chk(dW, O * I, op, "dW");
   if (st == RELCL_OK && db.mem) st = chk(db, O, op, "db");
   if (st != RELCL_OK) return st;
-  if (dx.mem)
-    st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0,
-                     accumulate ? 1.0f : 0.0f, dx, I, 0, 1);
-  if (st == RELCL_OK && dW.mem)
-    st = relcl__gemm(ctx, true, false, O, I, R, 1.0f, dy, O, 0, x, I, 0, 1.0f, dW, I, 0, 1);
-  if (st == RELCL_OK && db.mem) st = relcl_colsum(ctx, rows, out, dy, out, db, 1);
-  return st;
+  return relcl__linear_backward(ctx, rows, in, out, x, W, dy, dx, accumulate, dW, db);
 }
 
 /* ---- element-wise ---- */
 
-/* An element-wise kernel over n elements: its buffer arguments in order, then n. */
-static relcl_status elementwise(relcl_context *ctx, const char *op, const char *kernel, size_t n,
-                                int nbufs, const relcl_buf *bufs, const char *const *names) {
+static relcl_status elementwise_check(relcl_context *ctx, const char *op, size_t n, int nbufs,
+                                      const relcl_buf *bufs, const char *const *names) {
   if (ctx == NULL) return no_ctx(op);
-  if (n == 0) return RELCL_OK;
   relcl_status st = RELCL_OK;
-  for (int i = 0; i < nbufs && st == RELCL_OK; i++) st = chk(bufs[i], n, op, names[i]);
+  for (int i = 0; i < nbufs && st == RELCL_OK && n > 0; i++) st = chk(bufs[i], n, op, names[i]);
+  return st;
+}
+
+/* An element-wise kernel over n elements: its buffer arguments in order, then n. */
+static relcl_status elementwise(relcl_context *ctx, const char *kernel, size_t n, int nbufs,
+                                const relcl_buf *bufs) {
+  if (n == 0) return RELCL_OK;
   relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", kernel, &k);
+  relcl_status st = relcl__kernel(ctx, "layers", kernel, &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint count = (cl_uint)n;
@@ -398,35 +470,50 @@ static relcl_status elementwise(relcl_context *ctx, const char *op, const char *
   return launch_1d(ctx, k, &a, n);
 }
 
+relcl_status relcl__relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y) {
+  const relcl_buf bufs[] = {x, y};
+  return elementwise(ctx, "relu_fwd", n, 2, bufs);
+}
+
 relcl_status relcl_relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y) {
   const relcl_buf bufs[] = {x, y};
   static const char *const names[] = {"x", "y"};
-  return elementwise(ctx, "relu forward", "relu_fwd", n, 2, bufs, names);
+  relcl_status st = elementwise_check(ctx, "relu forward", n, 2, bufs, names);
+  return st == RELCL_OK ? relcl__relu_forward(ctx, n, x, y) : st;
+}
+
+relcl_status relcl__relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
+                                  relcl_buf dx) {
+  const relcl_buf bufs[] = {y, dy, dx};
+  return elementwise(ctx, "relu_bwd", n, 3, bufs);
 }
 
 relcl_status relcl_relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
                                  relcl_buf dx) {
   const relcl_buf bufs[] = {y, dy, dx};
   static const char *const names[] = {"y", "dy", "dx"};
-  return elementwise(ctx, "relu backward", "relu_bwd", n, 3, bufs, names);
+  relcl_status st = elementwise_check(ctx, "relu backward", n, 3, bufs, names);
+  return st == RELCL_OK ? relcl__relu_backward(ctx, n, y, dy, dx) : st;
+}
+
+relcl_status relcl__residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
+                                 relcl_buf y) {
+  const relcl_buf bufs[] = {a, b, y};
+  return elementwise(ctx, "add2", n, 3, bufs);
 }
 
 relcl_status relcl_residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
                                 relcl_buf y) {
   const relcl_buf bufs[] = {a, b, y};
   static const char *const names[] = {"a", "b", "y"};
-  return elementwise(ctx, "residual add", "add2", n, 3, bufs, names);
+  relcl_status st = elementwise_check(ctx, "residual add", n, 3, bufs, names);
+  return st == RELCL_OK ? relcl__residual_add(ctx, n, a, b, y) : st;
 }
 
-relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
-                             relcl_buf y) {
-  static const char op[] = "axpby";
-  if (ctx == NULL) return no_ctx(op);
-  if (n == 0) return RELCL_OK;
-  relcl_status st = chk(x, n, op, "x");
-  if (st == RELCL_OK) st = chk(y, n, op, "y");
+relcl_status relcl__vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
+                              relcl_buf y) {
   relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", "axpby", &k);
+  relcl_status st = relcl__kernel(ctx, "layers", "axpby", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint count = (cl_uint)n;
@@ -438,11 +525,21 @@ relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_bu
   return launch_1d(ctx, k, &a, n);
 }
 
+relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
+                             relcl_buf y) {
+  static const char op[] = "axpby";
+  if (ctx == NULL) return no_ctx(op);
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(y, n, op, "y");
+  if (st != RELCL_OK) return st;
+  return relcl__vec_axpby(ctx, n, alpha, x, beta, y);
+}
+
 /* ---- heads ---- */
 
-static relcl_status heads_common(relcl_context *ctx, const char *op, const char *kname,
-                                 int batch, int n, int heads, int head_dim, relcl_buf x,
-                                 relcl_buf y, int ld, bool split) {
+static relcl_status heads_check(relcl_context *ctx, const char *op, int batch, int n, int heads,
+                                int head_dim, relcl_buf x, relcl_buf y, int ld, bool split) {
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "batch", batch);
   if (st == RELCL_OK) st = positive(op, "n", n);
@@ -456,8 +553,14 @@ static relcl_status heads_common(relcl_context *ctx, const char *op, const char 
   const size_t strided = (rows - 1) * (size_t)ld + (size_t)heads * head_dim;
   if (st == RELCL_OK) st = chk(x, split ? strided : dense, op, "x");
   if (st == RELCL_OK) st = chk(y, split ? dense : strided, op, "y");
+  return st;
+}
+
+static relcl_status heads_launch(relcl_context *ctx, const char *kname, int batch, int n,
+                                 int heads, int head_dim, relcl_buf x, relcl_buf y, int ld,
+                                 bool split) {
   relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "layers", kname, &k);
+  relcl_status st = relcl__kernel(ctx, "layers", kname, &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
@@ -470,32 +573,33 @@ static relcl_status heads_common(relcl_context *ctx, const char *op, const char 
   return launch_nd(ctx, k, &a, 3, (size_t)head_dim, (size_t)n, (size_t)batch * heads);
 }
 
+relcl_status relcl__heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
+                                relcl_buf x, int ld, relcl_buf y) {
+  return heads_launch(ctx, "heads_split", batch, n, heads, head_dim, x, y, ld, true);
+}
+
 relcl_status relcl_heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, int ld, relcl_buf y) {
-  return heads_common(ctx, "heads split", "heads_split", batch, n, heads, head_dim, x, y, ld,
-                      true);
+  relcl_status st = heads_check(ctx, "heads split", batch, n, heads, head_dim, x, y, ld, true);
+  return st == RELCL_OK ? relcl__heads_split(ctx, batch, n, heads, head_dim, x, ld, y) : st;
+}
+
+relcl_status relcl__heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
+                                relcl_buf x, relcl_buf y, int ld) {
+  return heads_launch(ctx, "heads_merge", batch, n, heads, head_dim, x, y, ld, false);
 }
 
 relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, relcl_buf y, int ld) {
-  return heads_common(ctx, "heads merge", "heads_merge", batch, n, heads, head_dim, x, y, ld,
-                      false);
+  relcl_status st = heads_check(ctx, "heads merge", batch, n, heads, head_dim, x, y, ld, false);
+  return st == RELCL_OK ? relcl__heads_merge(ctx, batch, n, heads, head_dim, x, y, ld) : st;
 }
 
 /* ---- reductions ---- */
 
-relcl_status relcl_colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
-                          relcl_buf y, int accumulate) {
-  static const char op[] = "colsum";
-  if (ctx == NULL) return no_ctx(op);
-  relcl_status st = positive(op, "rows", rows);
-  if (st == RELCL_OK) st = positive(op, "cols", cols);
-  if (st == RELCL_OK && ld < cols)
-    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: ld=%d is less than cols=%d", op, ld, cols);
-  if (st == RELCL_OK)
-    st = chk(x, (size_t)(rows - 1) * (size_t)ld + (size_t)cols, op, "x");
-  if (st == RELCL_OK) st = chk(y, (size_t)cols, op, "y");
-  if (st != RELCL_OK) return st;
+relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                           relcl_buf y, int accumulate) {
+  relcl_status st = RELCL_OK;
   const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
   cl_mem part = NULL;
   relcl__kernel_entry *k;
@@ -518,6 +622,21 @@ done:
   return st;
 }
 
+relcl_status relcl_colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                          relcl_buf y, int accumulate) {
+  static const char op[] = "colsum";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "rows", rows);
+  if (st == RELCL_OK) st = positive(op, "cols", cols);
+  if (st == RELCL_OK && ld < cols)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: ld=%d is less than cols=%d", op, ld, cols);
+  if (st == RELCL_OK)
+    st = chk(x, (size_t)(rows - 1) * (size_t)ld + (size_t)cols, op, "x");
+  if (st == RELCL_OK) st = chk(y, (size_t)cols, op, "y");
+  if (st != RELCL_OK) return st;
+  return relcl__colsum(ctx, rows, cols, x, ld, y, accumulate);
+}
+
 static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, size_t n,
                               size_t blocks, int flags) {
   relcl__kernel_entry *k;
@@ -533,13 +652,8 @@ static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, s
   return launch_rows(ctx, k, &a, blocks, block, 1);
 }
 
-relcl_status relcl_sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
-  static const char op[] = "sumsq";
-  if (ctx == NULL) return no_ctx(op);
-  relcl_status st = positive(op, "n", (long long)n);
-  if (st == RELCL_OK) st = chk(x, n, op, "x");
-  if (st == RELCL_OK) st = chk(out, 1, op, "out");
-  if (st != RELCL_OK) return st;
+relcl_status relcl__sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
+  relcl_status st = RELCL_OK;
   cl_mem part = NULL;
   if ((st = relcl__pool_get(ctx, SUMSQ_BLOCKS * 4, &part)) != RELCL_OK) return st;
   st = sum_block(ctx, x, relcl_buf_at(part, 0), n, SUMSQ_BLOCKS, RELCL_SQUARE);
@@ -548,7 +662,38 @@ relcl_status relcl_sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf ou
   return st;
 }
 
+relcl_status relcl_sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
+  static const char op[] = "sumsq";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "n", (long long)n);
+  if (st == RELCL_OK) st = chk(x, n, op, "x");
+  if (st == RELCL_OK) st = chk(out, 1, op, "out");
+  if (st != RELCL_OK) return st;
+  return relcl__sumsq(ctx, n, x, out);
+}
+
 /* ---- loss ---- */
+
+relcl_status relcl__xent_forward_backward(relcl_context *ctx, int rows, int V, float eps,
+                                          int ignore_id, relcl_buf logits, relcl_buf targets,
+                                          float grad_scale, relcl_buf dlogits,
+                                          relcl_buf losses) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "loss", "xent_rows", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  int flags = dlogits.mem ? RELCL_WRITE_GRAD : 0;
+  relcl__buf_arg(&a, logits, NULL);
+  relcl__buf_arg(&a, targets, NULL);
+  relcl__buf_arg(&a, dlogits, logits.mem);
+  relcl__buf_arg(&a, losses, NULL);
+  RELCL__ARG(&a, V);
+  RELCL__ARG(&a, eps);
+  RELCL__ARG(&a, ignore_id);
+  RELCL__ARG(&a, grad_scale);
+  RELCL__ARG(&a, flags);
+  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)V, 1);
+}
 
 relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, float eps,
                                          int ignore_id, relcl_buf logits, relcl_buf targets,
@@ -565,21 +710,21 @@ relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, fl
   if (st == RELCL_OK) st = chk(targets, (size_t)rows, op, "targets");
   if (st == RELCL_OK && dlogits.mem) st = chk(dlogits, n, op, "dlogits");
   if (st == RELCL_OK) st = chk(losses, 2 * (size_t)rows, op, "losses");
+  if (st != RELCL_OK) return st;
+  return relcl__xent_forward_backward(ctx, rows, V, eps, ignore_id, logits, targets, grad_scale, dlogits, losses);
+}
+
+relcl_status relcl__argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                                relcl_buf out) {
   relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "loss", "xent_rows", &k);
+  relcl_status st = relcl__kernel(ctx, "loss", "argmax_rows", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  int flags = dlogits.mem ? RELCL_WRITE_GRAD : 0;
-  relcl__buf_arg(&a, logits, NULL);
-  relcl__buf_arg(&a, targets, NULL);
-  relcl__buf_arg(&a, dlogits, logits.mem);
-  relcl__buf_arg(&a, losses, NULL);
-  RELCL__ARG(&a, V);
-  RELCL__ARG(&a, eps);
-  RELCL__ARG(&a, ignore_id);
-  RELCL__ARG(&a, grad_scale);
-  RELCL__ARG(&a, flags);
-  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)V, 1);
+  relcl__buf_arg(&a, x, NULL);
+  RELCL__ARG(&a, ld);
+  relcl__buf_arg(&a, out, NULL);
+  RELCL__ARG(&a, cols);
+  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)cols, 2);
 }
 
 relcl_status relcl_argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
@@ -593,44 +738,18 @@ relcl_status relcl_argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf
   if (st == RELCL_OK)
     st = chk(x, (size_t)(rows - 1) * (size_t)ld + (size_t)cols, op, "x");
   if (st == RELCL_OK) st = chk(out, (size_t)rows, op, "out");
-  relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "loss", "argmax_rows", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  relcl__buf_arg(&a, x, NULL);
-  RELCL__ARG(&a, ld);
-  relcl__buf_arg(&a, out, NULL);
-  RELCL__ARG(&a, cols);
-  return launch_rows(ctx, k, &a, (size_t)rows, (size_t)cols, 2);
+  return relcl__argmax_rows(ctx, rows, cols, x, ld, out);
 }
 
 /* ---- Adam ---- */
 
-relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
-                               relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
-                               relcl_buf sumsq) {
-  static const char op[] = "adam";
-  if (ctx == NULL) return no_ctx(op);
-  if (args == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: args is NULL", op);
-  if (args->step < 1)
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: step must be >= 1", op);
-  if (!(args->beta1 >= 0.0f && args->beta1 < 1.0f && args->beta2 >= 0.0f &&
-        args->beta2 < 1.0f && args->eps >= 0.0f && isfinite(args->lr) &&
-        isfinite(args->grad_scale)))
-    return relcl__fail(RELCL_ERR_INVALID_ARG,
-                       "%s: need 0 <= beta1, beta2 < 1, eps >= 0 and finite lr and grad_scale "
-                       "(beta1=%g beta2=%g eps=%g lr=%g grad_scale=%g)",
-                       op, (double)args->beta1, (double)args->beta2, (double)args->eps,
-                       (double)args->lr, (double)args->grad_scale);
+relcl_status relcl__adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
+                                relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
+                                relcl_buf sumsq) {
   const int clip = args->clip_norm > 0.0f;
-  if (n == 0) return RELCL_OK;
-  relcl_status st = chk(param, n, op, "param");
-  if (st == RELCL_OK) st = chk(grad, n, op, "grad");
-  if (st == RELCL_OK) st = chk(m, n, op, "m");
-  if (st == RELCL_OK) st = chk(v, n, op, "v");
-  if (st == RELCL_OK && clip) st = chk(sumsq, 1, op, "sumsq (needed for clipping)");
   relcl__kernel_entry *k;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "optim", "adam_update", &k);
+  relcl_status st = relcl__kernel(ctx, "optim", "adam_update", &k);
   if (st != RELCL_OK) return st;
   /* bias corrections in double: 1 - beta^t loses everything in float for small t */
   double t = (double)args->step;
@@ -656,4 +775,31 @@ relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_ar
   RELCL__ARG(&a, cn);
   RELCL__ARG(&a, flags);
   return launch_1d(ctx, k, &a, n);
+}
+
+relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
+                               relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
+                               relcl_buf sumsq) {
+  static const char op[] = "adam";
+  if (ctx == NULL) return no_ctx(op);
+  if (args == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: args is NULL", op);
+  if (args->step < 1)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: step must be >= 1", op);
+  if (!(args->beta1 >= 0.0f && args->beta1 < 1.0f && args->beta2 >= 0.0f &&
+        args->beta2 < 1.0f && args->eps >= 0.0f && isfinite(args->lr) &&
+        isfinite(args->grad_scale)))
+    return relcl__fail(RELCL_ERR_INVALID_ARG,
+                       "%s: need 0 <= beta1, beta2 < 1, eps >= 0 and finite lr and grad_scale "
+                       "(beta1=%g beta2=%g eps=%g lr=%g grad_scale=%g)",
+                       op, (double)args->beta1, (double)args->beta2, (double)args->eps,
+                       (double)args->lr, (double)args->grad_scale);
+  const int clip = args->clip_norm > 0.0f;
+  if (n == 0) return RELCL_OK;
+  relcl_status st = chk(param, n, op, "param");
+  if (st == RELCL_OK) st = chk(grad, n, op, "grad");
+  if (st == RELCL_OK) st = chk(m, n, op, "m");
+  if (st == RELCL_OK) st = chk(v, n, op, "v");
+  if (st == RELCL_OK && clip) st = chk(sumsq, 1, op, "sumsq (needed for clipping)");
+  if (st != RELCL_OK) return st;
+  return relcl__adam_update(ctx, n, args, param, grad, m, v, sumsq);
 }

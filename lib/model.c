@@ -2,6 +2,7 @@
  * (parameters, gradients, Adam m and v), initialization from a seed, the optimizer step and
  * the public entry points. The passes themselves are in model_graph.c. */
 #include "model_internal.h"
+#include "ops.h"
 #include "relcl_data.h"
 #include "relcl_layers.h"
 
@@ -351,7 +352,7 @@ relcl_status relcl_model_create(relcl_context *ctx, const relcl_model_config *cf
     init_tensor(m, &m->tensors[i], seed, host + m->tensors[i].offset);
   for (int a = 0; a < 4; a++)
     if ((st = relcl_alloc(ctx, m->param_count, &m->arena[a])) != RELCL_OK) goto fail;
-  if ((st = relcl_write(ctx, relcl_buf_at(m->arena[RELCL_ARENA_PARAMS], 0), host,
+  if ((st = relcl__write(ctx, relcl_buf_at(m->arena[RELCL_ARENA_PARAMS], 0), host,
                         m->param_count)) != RELCL_OK)
     goto fail;
   for (int a = 1; a < 4; a++)
@@ -420,13 +421,13 @@ static relcl_status arena_arg(const relcl_model *m, relcl_arena which, const voi
 relcl_status relcl_model_arena_read(relcl_model *m, relcl_arena which, float *dst) {
   relcl_status st = arena_arg(m, which, dst, "relcl_model_arena_read");
   if (st != RELCL_OK) return st;
-  return relcl_read(m->ctx, relcl_buf_at(m->arena[which], 0), dst, m->param_count);
+  return relcl__read(m->ctx, relcl_buf_at(m->arena[which], 0), dst, m->param_count);
 }
 
 relcl_status relcl_model_arena_write(relcl_model *m, relcl_arena which, const float *src) {
   relcl_status st = arena_arg(m, which, src, "relcl_model_arena_write");
   if (st != RELCL_OK) return st;
-  return relcl_write(m->ctx, relcl_buf_at(m->arena[which], 0), src, m->param_count);
+  return relcl__write(m->ctx, relcl_buf_at(m->arena[which], 0), src, m->param_count);
 }
 
 relcl_status relcl_model_zero_grad(relcl_model *m) {
@@ -493,7 +494,7 @@ relcl_status relcl__model_check_src(const relcl_model *m, const relcl_model_batc
 static relcl_status finish_stats(relcl_model *m, const relcl_model_batch *b,
                                  relcl_model_stats *stats) {
   float sums[2];
-  relcl_status st = relcl_read(m->ctx, relcl_buf_at(m->stats, 0), sums, 2);
+  relcl_status st = relcl__read(m->ctx, relcl_buf_at(m->stats, 0), sums, 2);
   if (st != RELCL_OK || stats == NULL) return st;
   size_t tokens = 0, Nt = (size_t)b->batch * (size_t)b->tgt_len;
   for (size_t i = 0; i < Nt; i++) tokens += b->tgt_out[i] != RELCL_PAD_ID;
@@ -564,15 +565,15 @@ relcl_status relcl_model_adam_step(relcl_model *m, const relcl_adam_opts *opts, 
   relcl_buf sumsq = relcl_buf_at(m->stats, 2);
   relcl_status st = RELCL_OK;
   if (opts->clip_norm > 0.0f || grad_norm)
-    st = relcl_sumsq(m->ctx, m->param_count, grads, sumsq);
-  if (st == RELCL_OK)
+    st = relcl__sumsq(m->ctx, m->param_count, grads, sumsq);
+  if (st == RELCL_OK) /* the checked entry: opts are the caller's (once per step) */
     st = relcl_adam_update(m->ctx, m->param_count, &a,
                            relcl_buf_at(m->arena[RELCL_ARENA_PARAMS], 0), grads,
                            relcl_buf_at(m->arena[RELCL_ARENA_ADAM_M], 0),
                            relcl_buf_at(m->arena[RELCL_ARENA_ADAM_V], 0), sumsq);
   if (st == RELCL_OK && grad_norm) {
     float s;
-    st = relcl_read(m->ctx, sumsq, &s, 1);
+    st = relcl__read(m->ctx, sumsq, &s, 1);
     if (st == RELCL_OK) *grad_norm = opts->grad_scale * sqrtf(s);
   }
   return st;

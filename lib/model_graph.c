@@ -12,6 +12,7 @@
  *   pre-norm   y = x + dropout(F(LN(x)))     and a final LN after the last layer.
  */
 #include "model_internal.h"
+#include "ops.h"
 #include "relcl_data.h"
 #include "relcl_layers.h"
 
@@ -228,7 +229,7 @@ relcl_status relcl__model_upload(relcl_model *m, const relcl_model_batch *b, boo
     if (st != RELCL_OK) return st;
     used = L->csr_pos + Ns + Nt;
   }
-  return relcl_write(m->ctx, relcl_buf_at(m->ids, 0), h, used);
+  return relcl__write(m->ctx, relcl_buf_at(m->ids, 0), h, used);
 }
 
 /* ---- one pass ---- */
@@ -316,37 +317,37 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
   relcl_buf out = W(p, L->a);
   if (bd->kind == SUB_FFN) {
     const relcl__ffn_p *f = bd->ffn;
-    TRY(relcl_linear_forward(p->ctx, N, D, p->F, u, P(p, f->w1), P(p, f->b1), A(p, ba->h)));
-    TRY(relcl_relu_forward(p->ctx, (size_t)N * p->F, A(p, ba->h), A(p, ba->h)));
-    return relcl_linear_forward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), P(p, f->b2), out);
+    TRY(relcl__linear_forward(p->ctx, N, D, p->F, u, P(p, f->w1), P(p, f->b1), A(p, ba->h)));
+    TRY(relcl__relu_forward(p->ctx, (size_t)N * p->F, A(p, ba->h), A(p, ba->h)));
+    return relcl__linear_forward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), P(p, f->b2), out);
   }
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
   size_t q = ba->qkv_h, k, v;
   if (bd->kind == SUB_SELF) {
     const int n = desc.nq;
-    TRY(relcl_linear_forward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
+    TRY(relcl__linear_forward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
     k = q + ND;
     v = k + ND;
-    TRY(relcl_heads_split(p->ctx, B, n, H, dh, W(p, L->qkv), 3 * D, A(p, q)));
-    TRY(relcl_heads_split(p->ctx, B, n, H, dh, W(p, L->qkv + D), 3 * D, A(p, k)));
-    TRY(relcl_heads_split(p->ctx, B, n, H, dh, W(p, L->qkv + 2 * D), 3 * D, A(p, v)));
+    TRY(relcl__heads_split(p->ctx, B, n, H, dh, W(p, L->qkv), 3 * D, A(p, q)));
+    TRY(relcl__heads_split(p->ctx, B, n, H, dh, W(p, L->qkv + D), 3 * D, A(p, k)));
+    TRY(relcl__heads_split(p->ctx, B, n, H, dh, W(p, L->qkv + 2 * D), 3 * D, A(p, v)));
   } else {
     const size_t DD = (size_t)D * D, NsD = p->Ns * D;
-    TRY(relcl_linear_forward(p->ctx, N, D, D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
-    TRY(relcl_heads_split(p->ctx, B, p->T, H, dh, W(p, L->qkv), D, A(p, q)));
+    TRY(relcl__linear_forward(p->ctx, N, D, D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
+    TRY(relcl__heads_split(p->ctx, B, p->T, H, dh, W(p, L->qkv), D, A(p, q)));
     k = q + ND;
     v = k + NsD;
-    TRY(relcl_linear_forward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out), P(p, ap->wq + DD),
+    TRY(relcl__linear_forward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out), P(p, ap->wq + DD),
                              P(p, ap->bq + (size_t)D), W(p, L->qkv)));
-    TRY(relcl_heads_split(p->ctx, B, p->S, H, dh, W(p, L->qkv), 2 * D, A(p, k)));
-    TRY(relcl_heads_split(p->ctx, B, p->S, H, dh, W(p, L->qkv + D), 2 * D, A(p, v)));
+    TRY(relcl__heads_split(p->ctx, B, p->S, H, dh, W(p, L->qkv), 2 * D, A(p, k)));
+    TRY(relcl__heads_split(p->ctx, B, p->S, H, dh, W(p, L->qkv + D), 2 * D, A(p, v)));
   }
-  TRY(relcl_attn_forward(p->ctx, &desc, A(p, q), A(p, k), A(p, v),
+  TRY(relcl__attn_forward(p->ctx, &desc, A(p, q), A(p, k), A(p, v),
                          opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
                          W(p, L->zh), A(p, ba->probs)));
-  TRY(relcl_heads_merge(p->ctx, B, desc.nq, H, dh, W(p, L->zh), A(p, ba->zm), D));
-  return relcl_linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), P(p, ap->bo), out);
+  TRY(relcl__heads_merge(p->ctx, B, desc.nq, H, dh, W(p, L->zh), A(p, ba->zm), D));
+  return relcl__linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), P(p, ap->bo), out);
 }
 
 /* dx (= or += by acc) = the gradient through F of da (work region `a`), with F's
@@ -360,39 +361,39 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   if (bd->kind == SUB_FFN) {
     const relcl__ffn_p *f = bd->ffn;
     relcl_buf dh_ = W(p, L->dh);
-    TRY(relcl_linear_backward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), da, dh_, 0,
+    TRY(relcl__linear_backward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), da, dh_, 0,
                               G(p, f->w2), G(p, f->b2)));
-    TRY(relcl_relu_backward(p->ctx, (size_t)N * p->F, A(p, ba->h), dh_, dh_));
-    return relcl_linear_backward(p->ctx, N, D, p->F, u, P(p, f->w1), dh_, dx, acc, G(p, f->w1),
+    TRY(relcl__relu_backward(p->ctx, (size_t)N * p->F, A(p, ba->h), dh_, dh_));
+    return relcl__linear_backward(p->ctx, N, D, p->F, u, P(p, f->w1), dh_, dx, acc, G(p, f->w1),
                                  G(p, f->b1));
   }
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
-  TRY(relcl_linear_backward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), da, W(p, L->dzm), 0,
+  TRY(relcl__linear_backward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), da, W(p, L->dzm), 0,
                             G(p, ap->wo), G(p, ap->bo)));
-  TRY(relcl_heads_split(p->ctx, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
+  TRY(relcl__heads_split(p->ctx, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
   const size_t nkD = (size_t)B * desc.nk * D;
   const size_t q = ba->qkv_h, k = q + ND, v = k + nkD;
   const size_t dq = L->dqkv_h, dk = dq + ND, dv = dk + nkD;
-  TRY(relcl_attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
+  TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
                           opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
                           W(p, L->zh), W(p, dq), W(p, dk), W(p, dv), opt(G(p, 0), ap->rel_k),
                           opt(G(p, 0), ap->rel_v)));
   if (bd->kind == SUB_SELF) {
     const int n = desc.nq;
-    TRY(relcl_heads_merge(p->ctx, B, n, H, dh, W(p, dq), W(p, L->qkv), 3 * D));
-    TRY(relcl_heads_merge(p->ctx, B, n, H, dh, W(p, dk), W(p, L->qkv + D), 3 * D));
-    TRY(relcl_heads_merge(p->ctx, B, n, H, dh, W(p, dv), W(p, L->qkv + 2 * D), 3 * D));
-    return relcl_linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
+    TRY(relcl__heads_merge(p->ctx, B, n, H, dh, W(p, dq), W(p, L->qkv), 3 * D));
+    TRY(relcl__heads_merge(p->ctx, B, n, H, dh, W(p, dk), W(p, L->qkv + D), 3 * D));
+    TRY(relcl__heads_merge(p->ctx, B, n, H, dh, W(p, dv), W(p, L->qkv + 2 * D), 3 * D));
+    return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
                                  G(p, ap->wq), G(p, ap->bq));
   }
   const size_t DD = (size_t)D * D;
-  TRY(relcl_heads_merge(p->ctx, B, p->T, H, dh, W(p, dq), W(p, L->qkv), D));
-  TRY(relcl_linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
+  TRY(relcl__heads_merge(p->ctx, B, p->T, H, dh, W(p, dq), W(p, L->qkv), D));
+  TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
                             G(p, ap->wq), G(p, ap->bq)));
-  TRY(relcl_heads_merge(p->ctx, B, p->S, H, dh, W(p, dk), W(p, L->qkv), 2 * D));
-  TRY(relcl_heads_merge(p->ctx, B, p->S, H, dh, W(p, dv), W(p, L->qkv + D), 2 * D));
-  return relcl_linear_backward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out),
+  TRY(relcl__heads_merge(p->ctx, B, p->S, H, dh, W(p, dk), W(p, L->qkv), 2 * D));
+  TRY(relcl__heads_merge(p->ctx, B, p->S, H, dh, W(p, dv), W(p, L->qkv + D), 2 * D));
+  return relcl__linear_backward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out),
                                P(p, ap->wq + DD), W(p, L->qkv), W(p, L->d_enc), 1,
                                G(p, ap->wq + DD), G(p, ap->bq + (size_t)D));
 }
@@ -403,16 +404,16 @@ static relcl_status block_fwd(const pass *p, const block_desc *bd, const relcl__
   const uint64_t stream = stream_of(p, bd->layer, bd->site_r);
   const relcl__ln_p *ln = bd->ln;
   if (p->pre) {
-    TRY(relcl_layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->x_in), P(p, ln->g), P(p, ln->b),
+    TRY(relcl__layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->x_in), P(p, ln->g), P(p, ln->b),
                                 A(p, ba->sub_in), A(p, ba->mean), A(p, ba->rstd)));
     TRY(sub_fwd(p, bd, ba, A(p, ba->sub_in)));
-    return relcl_dropout_forward(p->ctx, n, p->p, p->seed, stream, W(p, p->L->a),
+    return relcl__dropout_forward(p->ctx, n, p->p, p->seed, stream, W(p, p->L->a),
                                  A(p, ba->x_in), A(p, ba->out));
   }
   TRY(sub_fwd(p, bd, ba, A(p, ba->x_in)));
-  TRY(relcl_dropout_forward(p->ctx, n, p->p, p->seed, stream, W(p, p->L->a), A(p, ba->x_in),
+  TRY(relcl__dropout_forward(p->ctx, n, p->p, p->seed, stream, W(p, p->L->a), A(p, ba->x_in),
                             A(p, ba->ln_x)));
-  return relcl_layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->ln_x), P(p, ln->g), P(p, ln->b),
+  return relcl__layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->ln_x), P(p, ln->g), P(p, ln->b),
                                  A(p, ba->out), A(p, ba->mean), A(p, ba->rstd));
 }
 
@@ -426,14 +427,14 @@ static relcl_status block_bwd(const pass *p, const block_desc *bd, const relcl__
   const relcl__ln_p *ln = bd->ln;
   relcl_buf da = W(p, p->L->a);
   if (p->pre) {
-    TRY(relcl_dropout_backward(p->ctx, n, p->p, p->seed, stream, *g, da, 0));
+    TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *g, da, 0));
     TRY(sub_bwd(p, bd, ba, A(p, ba->sub_in), *t, 0));
-    return relcl_layernorm_backward(p->ctx, N, D, A(p, ba->x_in), P(p, ln->g), A(p, ba->mean),
+    return relcl__layernorm_backward(p->ctx, N, D, A(p, ba->x_in), P(p, ln->g), A(p, ba->mean),
                                     A(p, ba->rstd), *t, *g, 1, G(p, ln->g), G(p, ln->b));
   }
-  TRY(relcl_layernorm_backward(p->ctx, N, D, A(p, ba->ln_x), P(p, ln->g), A(p, ba->mean),
+  TRY(relcl__layernorm_backward(p->ctx, N, D, A(p, ba->ln_x), P(p, ln->g), A(p, ba->mean),
                                A(p, ba->rstd), *g, *t, 0, G(p, ln->g), G(p, ln->b)));
-  TRY(relcl_dropout_backward(p->ctx, n, p->p, p->seed, stream, *t, da, 0));
+  TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *t, da, 0));
   TRY(sub_bwd(p, bd, ba, A(p, ba->x_in), *t, 1));
   relcl_buf s = *g;
   *g = *t;
@@ -490,12 +491,12 @@ static block_desc dec_block(const relcl_model *m, int l, int which) {
 static relcl_status embed_fwd(const pass *p, size_t ids, int n, size_t x0, int site) {
   const relcl_model_config *c = &p->m->cfg;
   const int rows = p->B * n;
-  TRY(relcl_embedding_forward(p->ctx, rows, p->D, p->V, I(p, ids), P(p, p->m->emb),
+  TRY(relcl__embedding_forward(p->ctx, rows, p->D, p->V, I(p, ids), P(p, p->m->emb),
                               sqrtf((float)p->D), A(p, x0)));
   if (c->positions & RELCL_POS_ABSOLUTE)
-    TRY(relcl_posenc_add(p->ctx, A(p, x0), p->B, n, p->D, 0));
+    TRY(relcl__posenc_add(p->ctx, A(p, x0), p->B, n, p->D, 0));
   if (p->p > 0.0f)
-    TRY(relcl_dropout_forward(p->ctx, (size_t)rows * p->D, p->p, p->seed,
+    TRY(relcl__dropout_forward(p->ctx, (size_t)rows * p->D, p->p, p->seed,
                               stream_of(p, LAYER_EMB, site), A(p, x0), RELCL_BUF_NONE,
                               A(p, x0)));
   return RELCL_OK;
@@ -511,7 +512,7 @@ static relcl_status encoder_fwd(const pass *p) {
       TRY(block_fwd(p, &bd, &L->enc[2 * l + w]));
     }
   if (p->pre)
-    TRY(relcl_layernorm_forward(p->ctx, (int)p->Ns, p->D, LN_EPS,
+    TRY(relcl__layernorm_forward(p->ctx, (int)p->Ns, p->D, LN_EPS,
                                 A(p, L->enc[2 * m->cfg.enc_layers - 1].out),
                                 P(p, m->enc_norm.g), P(p, m->enc_norm.b), A(p, L->enc_out),
                                 A(p, L->enc_mean), A(p, L->enc_rstd)));
@@ -528,7 +529,7 @@ static relcl_status decoder_fwd(const pass *p) {
       TRY(block_fwd(p, &bd, &L->dec[3 * l + w]));
     }
   if (p->pre)
-    TRY(relcl_layernorm_forward(p->ctx, (int)p->Nt, p->D, LN_EPS,
+    TRY(relcl__layernorm_forward(p->ctx, (int)p->Nt, p->D, LN_EPS,
                                 A(p, L->dec[3 * m->cfg.dec_layers - 1].out),
                                 P(p, m->dec_norm.g), P(p, m->dec_norm.b), A(p, L->dec_out),
                                 A(p, L->dec_mean), A(p, L->dec_rstd)));
@@ -547,7 +548,7 @@ static relcl_status output_and_loss(const pass *p, relcl_buf d_out) {
     relcl_buf x = A(p, L->dec_out + r0 * D), z = W(p, L->logits);
     TRY(relcl__gemm(p->ctx, false, true, nr, V, D, 1.0f, x, D, 0, P(p, m->emb), D, 0, 0.0f, z,
                     V, 0, 1));
-    TRY(relcl_xent_forward_backward(p->ctx, (int)nr, p->V, eps, RELCL_PAD_ID, z,
+    TRY(relcl__xent_forward_backward(p->ctx, (int)nr, p->V, eps, RELCL_PAD_ID, z,
                                     I(p, L->tgt_out + r0), 1.0f,
                                     p->train ? z : RELCL_BUF_NONE, W(p, L->losses + 2 * r0)));
     if (!p->train) continue;
@@ -556,7 +557,7 @@ static relcl_status output_and_loss(const pass *p, relcl_buf d_out) {
     TRY(relcl__gemm(p->ctx, true, false, V, D, nr, 1.0f, z, V, 0, x, D, 0, 1.0f, G(p, m->emb),
                     D, 0, 1));
   }
-  return relcl_colsum(p->ctx, (int)Nt, 2, W(p, L->losses), 2, relcl_buf_at(m->stats, 0), 0);
+  return relcl__colsum(p->ctx, (int)Nt, 2, W(p, L->losses), 2, relcl_buf_at(m->stats, 0), 0);
 }
 
 static relcl_status backward(const pass *p, int n_tokens) {
@@ -566,7 +567,7 @@ static relcl_status backward(const pass *p, int n_tokens) {
   relcl_buf g = W(p, L->g0), t = W(p, L->g1);
   /* decoder: g holds d dec_out from the loss */
   if (p->pre) {
-    TRY(relcl_layernorm_backward(p->ctx, (int)p->Nt, p->D,
+    TRY(relcl__layernorm_backward(p->ctx, (int)p->Nt, p->D,
                                  A(p, L->dec[3 * m->cfg.dec_layers - 1].out),
                                  P(p, m->dec_norm.g), A(p, L->dec_mean), A(p, L->dec_rstd), g, t,
                                  0, G(p, m->dec_norm.g), G(p, m->dec_norm.b)));
@@ -580,14 +581,14 @@ static relcl_status backward(const pass *p, int n_tokens) {
       block_desc bd = dec_block(m, l, w);
       TRY(block_bwd(p, &bd, &L->dec[3 * l + w], &g, &t));
     }
-  TRY(relcl_dropout_backward(p->ctx, p->Nt * D, p->p, p->seed,
+  TRY(relcl__dropout_backward(p->ctx, p->Nt * D, p->p, p->seed,
                              stream_of(p, LAYER_EMB, SITE_TGT_EMB), g,
                              W(p, L->d_emb + p->Ns * D), 0));
   /* encoder: d enc_out was summed over the decoder layers' cross attention */
   if (p->pre) {
     g = W(p, L->g0);
     t = W(p, L->g1);
-    TRY(relcl_layernorm_backward(p->ctx, (int)p->Ns, p->D,
+    TRY(relcl__layernorm_backward(p->ctx, (int)p->Ns, p->D,
                                  A(p, L->enc[2 * m->cfg.enc_layers - 1].out),
                                  P(p, m->enc_norm.g), A(p, L->enc_mean), A(p, L->enc_rstd),
                                  W(p, L->d_enc), g, 0, G(p, m->enc_norm.g),
@@ -601,9 +602,9 @@ static relcl_status backward(const pass *p, int n_tokens) {
       block_desc bd = enc_block(m, l, w);
       TRY(block_bwd(p, &bd, &L->enc[2 * l + w], &g, &t));
     }
-  TRY(relcl_dropout_backward(p->ctx, p->Ns * D, p->p, p->seed,
+  TRY(relcl__dropout_backward(p->ctx, p->Ns * D, p->p, p->seed,
                              stream_of(p, LAYER_EMB, SITE_SRC_EMB), g, W(p, L->d_emb), 0));
-  return relcl_embedding_backward(p->ctx, n_tokens, p->D, p->V, I(p, L->csr_tok),
+  return relcl__embedding_backward(p->ctx, n_tokens, p->D, p->V, I(p, L->csr_tok),
                                   I(p, L->csr_ofs), I(p, L->csr_pos), W(p, L->d_emb),
                                   sqrtf((float)p->D), G(p, m->emb));
 }
@@ -689,7 +690,7 @@ relcl_status relcl__model_greedy_full(relcl_model *m, const relcl_model_batch *s
      * write at an offset as initializing memory, and would flag every later read */
     memcpy(m->h_ids + L->tgt_in, prefix, (size_t)B * T * sizeof *prefix);
     memcpy(m->h_ids + L->tgt_lens, lens, (size_t)B * sizeof *lens);
-    if ((st = relcl_write(m->ctx, I(&p, 0), m->h_ids, L->tgt_lens + (size_t)B)) != RELCL_OK ||
+    if ((st = relcl__write(m->ctx, I(&p, 0), m->h_ids, L->tgt_lens + (size_t)B)) != RELCL_OK ||
         (st = decoder_fwd(&p)) != RELCL_OK)
       goto fail;
     /* logits of the last position of every row: rows T-1, 2T-1, ... (stride T D) */
@@ -697,9 +698,9 @@ relcl_status relcl__model_greedy_full(relcl_model *m, const relcl_model_batch *s
     if ((st = relcl__gemm(m->ctx, false, true, (size_t)B, V, D, 1.0f,
                           A(&p, L->dec_out + (size_t)(T - 1) * D), (size_t)T * D, 0,
                           P(&p, m->emb), D, 0, 0.0f, W(&p, L->logits), V, 0, 1)) != RELCL_OK ||
-        (st = relcl_argmax_rows(m->ctx, B, p.V, W(&p, L->logits), p.V, I(&p, L->argmax))) !=
+        (st = relcl__argmax_rows(m->ctx, B, p.V, W(&p, L->logits), p.V, I(&p, L->argmax))) !=
             RELCL_OK ||
-        (st = relcl_read(m->ctx, I(&p, L->argmax), next, (size_t)B)) != RELCL_OK)
+        (st = relcl__read(m->ctx, I(&p, L->argmax), next, (size_t)B)) != RELCL_OK)
       goto fail;
     for (int b = 0; b < B; b++) {
       if (done[b]) continue;

@@ -1,6 +1,7 @@
 /* Sinusoidal absolute position encoding: the baseline relative positions are measured
  * against. */
 #include "internal.h"
+#include "ops.h"
 
 relcl_status relcl_posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
                               int pos0) {
@@ -11,9 +12,14 @@ relcl_status relcl_posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n,
                        d_model, pos0);
   size_t total = (size_t)batch * (size_t)n * (size_t)d_model;
   relcl_status st = relcl__check_buf(x, total, "posenc x");
-  if (st != RELCL_OK) return st;
+  return st == RELCL_OK ? relcl__posenc_add(ctx, x, batch, n, d_model, pos0) : st;
+}
+
+relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
+                               int pos0) {
   relcl__kernel_entry *k;
-  if ((st = relcl__kernel(ctx, "posenc", "posenc_add", &k)) != RELCL_OK) return st;
+  relcl_status st = relcl__kernel(ctx, "posenc", "posenc_add", &k);
+  if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint off = (cl_uint)x.offset;
   RELCL__ARG(&a, x.mem);

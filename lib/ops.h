@@ -1,0 +1,80 @@
+/* The unchecked entry points of the ops (attention, layers, position encoding, transfers):
+ * what the model's graph and the decoder call. Each public relcl_X checks its arguments
+ * (NULL context, sizes, and clGetMemObjectInfo on every buffer, which costs a driver call
+ * and a formatted name per buffer) and then calls relcl__X; the graph, whose buffers are
+ * carved from arenas it sized itself, calls relcl__X directly. Same arguments and meaning
+ * as the public function; given arguments the public one would refuse, behaviour is
+ * undefined. Not installed. */
+#ifndef RELCL_OPS_H
+#define RELCL_OPS_H
+
+#include "relcl.h"
+#include "relcl_layers.h"
+
+/* ---- attention.c, posenc.c ---- */
+relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs);
+relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
+                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
+                                  relcl_buf dwV);
+relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
+                               int pos0);
+
+/* ---- context.c: blocking transfers ---- */
+relcl_status relcl__write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n);
+relcl_status relcl__read(relcl_context *ctx, relcl_buf src, void *dst, size_t n);
+
+/* ---- layers.c ---- */
+relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
+                                      relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                      relcl_buf mean, relcl_buf rstd);
+relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
+                                       relcl_buf gain, relcl_buf mean, relcl_buf rstd,
+                                       relcl_buf dy, relcl_buf dx, int accumulate,
+                                       relcl_buf dgain, relcl_buf dbias);
+relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int vocab,
+                                      relcl_buf ids, relcl_buf table, float scale,
+                                      relcl_buf out);
+relcl_status relcl__embedding_backward(relcl_context *ctx, int n_tokens, int d, int vocab,
+                                       relcl_buf tokens, relcl_buf offsets,
+                                       relcl_buf positions, relcl_buf dout, float scale,
+                                       relcl_buf dtable);
+relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                   relcl_buf W, relcl_buf b, relcl_buf y);
+relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                    relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
+                                    relcl_buf dW, relcl_buf db);
+relcl_status relcl__vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
+                              relcl_buf y);
+relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                           relcl_buf y, int accumulate);
+relcl_status relcl__sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out);
+relcl_status relcl__xent_forward_backward(relcl_context *ctx, int rows, int V, float eps,
+                                          int ignore_id, relcl_buf logits, relcl_buf targets,
+                                          float grad_scale, relcl_buf dlogits,
+                                          relcl_buf losses);
+relcl_status relcl__argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                                relcl_buf out);
+relcl_status relcl__adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
+                                relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
+                                relcl_buf sumsq);
+relcl_status relcl__dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
+                                    uint64_t stream, relcl_buf x, relcl_buf residual,
+                                    relcl_buf y);
+relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
+                                     uint64_t stream, relcl_buf dy, relcl_buf dx,
+                                     int accumulate);
+relcl_status relcl__relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y);
+relcl_status relcl__relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
+                                  relcl_buf dx);
+relcl_status relcl__residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
+                                 relcl_buf y);
+relcl_status relcl__heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
+                                relcl_buf x, int ld, relcl_buf y);
+relcl_status relcl__heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
+                                relcl_buf x, relcl_buf y, int ld);
+
+#endif
