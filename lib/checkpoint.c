@@ -389,13 +389,44 @@ static bool json_size(const cJSON *v, size_t *out) {
   return true;
 }
 
-static bool dup_child(const cJSON *obj, const char **dup) {
-  for (const cJSON *a = obj->child; a; a = a->next)
-    for (const cJSON *b = a->next; b; b = b->next)
-      if (strcmp(a->string, b->string) == 0) {
-        *dup = a->string;
+/* A member name of obj that appears twice: 1 (*dup set), 0 (none) or -1 (out of memory).
+ * Sorted, not compared pairwise: a header may name hundreds of thousands of tensors, and
+ * n^2 / 2 comparisons of 200,000 names took minutes. */
+static int dup_child(const cJSON *obj, const char **dup) {
+  const char *small[16], **names = small;
+  size_t n = 0;
+  for (const cJSON *c = obj->child; c; c = c->next) n++;
+  if (n > sizeof small / sizeof small[0] && (names = malloc(n * sizeof *names)) == NULL)
+    return -1;
+  n = 0;
+  for (const cJSON *c = obj->child; c; c = c->next) names[n++] = c->string;
+  qsort(names, n, sizeof *names, cmp_str);
+  int found = has_adjacent_dup(names, n, dup);
+  if (names != small) free(names);
+  return found;
+}
+
+/* The first string of the JSON text s[0..n) holding a "\u0000" escape: cJSON keeps strings
+ * NUL-terminated, so "emb.weight\u0000x" would load as a tensor named "emb.weight". Returns
+ * false when there is none, else the string's start and the escape's offset. */
+static bool escaped_nul(const char *s, size_t n, size_t *start, size_t *at) {
+  bool in_string = false;
+  for (size_t i = 0; i < n; i++) {
+    if (!in_string) {
+      if (s[i] == '"') {
+        in_string = true;
+        *start = i + 1;
+      }
+    } else if (s[i] == '"') {
+      in_string = false;
+    } else if (s[i] == '\\' && i + 1 < n) {
+      if (s[i + 1] == 'u' && n - i >= 6 && memcmp(s + i + 2, "0000", 4) == 0) {
+        *at = i;
         return true;
       }
+      i++; /* the escaped character, which may be '"' or '\\' */
+    }
+  }
   return false;
 }
 
@@ -404,7 +435,9 @@ static relcl_status parse_tensor(const char *path, const cJSON *o, entry *e) {
   const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
   if (!cJSON_IsObject(o))
     return fail_path(RELCL_ERR_FORMAT, path, "tensor %s is not described by an object", name);
-  if (dup_child(o, &dup))
+  int twice = dup_child(o, &dup);
+  if (twice < 0) return fail_path(RELCL_ERR_OUT_OF_MEMORY, path, "out of memory");
+  if (twice)
     return fail_path(RELCL_ERR_FORMAT, path, "tensor %s has field %s twice", name, dup);
   for (const cJSON *f = o->child; f; f = f->next) {
     if (strcmp(f->string, "dtype") == 0) dtype = f;
@@ -561,6 +594,14 @@ relcl_status relcl_checkpoint_open(const char *path, int flags, relcl_checkpoint
     fail_path(st, path, "header is not valid UTF-8 (byte %zu)", bad);
     goto fail;
   }
+  size_t str_at = 0, nul_at = 0;
+  if (escaped_nul(hdr, (size_t)n, &str_at, &nul_at)) {
+    int keep = (int)(nul_at - str_at < 200 ? nul_at - str_at : 200);
+    fail_path(st, path, "header string \"%.*s\\u0000...\" (byte %zu) has an escaped NUL; "
+              "refused, it would read as \"%.*s\"", keep, hdr + str_at, nul_at, keep,
+              hdr + str_at);
+    goto fail;
+  }
   const char *end = NULL;
   ck->json = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &end, 0);
   if (ck->json == NULL || !cJSON_IsObject(ck->json)) {
@@ -575,7 +616,9 @@ relcl_status relcl_checkpoint_open(const char *path, int flags, relcl_checkpoint
       goto fail;
     }
   const char *dup;
-  if (dup_child(ck->json, &dup)) {
+  int twice = dup_child(ck->json, &dup);
+  if (twice < 0) goto oom;
+  if (twice) {
     fail_path(st, path, "header has %s twice", dup);
     goto fail;
   }
@@ -600,7 +643,8 @@ relcl_status relcl_checkpoint_open(const char *path, int flags, relcl_checkpoint
         fail_path(st, path, "__metadata__ is not an object");
         goto fail;
       }
-      if (dup_child(c, &dup)) {
+      if ((twice = dup_child(c, &dup)) < 0) goto oom;
+      if (twice) {
         fail_path(st, path, "metadata key %s appears twice", dup);
         goto fail;
       }
