@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #define META_KEY "__metadata__"
-#define AVERAGE_KEY "relcl.average_of"
 #define FNV_BASIS 0xcbf29ce484222325ULL
 /* The Python package refuses larger headers; refusing them too keeps files loadable. */
 #define MAX_HEADER ((uint64_t)100000000)
@@ -1042,6 +1041,29 @@ static relcl_status avg_match(const relcl_checkpoint *ck, const avg_tensor *tabl
   return RELCL_OK;
 }
 
+/* The inputs as a JSON array of strings, a metadata value (so valid UTF-8: other bytes of a
+ * path become '?'); NULL when out of memory. */
+static char *averaged_from(const char *const *paths, size_t n) {
+  cJSON *a = cJSON_CreateArray();
+  char *text = NULL;
+  for (size_t i = 0; a != NULL && i < n; i++) {
+    char *p = strdup(paths[i]);
+    if (p == NULL) goto done;
+    size_t len = strlen(p), at = 0, bad;
+    while ((bad = at + relcl__utf8_bad((unsigned char *)p + at, len - at)) < len) {
+      p[bad] = '?';
+      at = bad + 1;
+    }
+    bool ok = cJSON_AddItemToArray(a, cJSON_CreateString(p));
+    free(p);
+    if (!ok) goto done;
+  }
+  text = a ? cJSON_PrintUnformatted(a) : NULL;
+done:
+  cJSON_Delete(a);
+  return text;
+}
+
 relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
                                       const char *out_path) {
   if (paths == NULL || n == 0 || out_path == NULL)
@@ -1055,7 +1077,7 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
   size_t nt = 0, total = 0, nm = 0;
   double *acc = NULL;
   float *avg = NULL;
-  char *config = NULL, count_text[32];
+  char *config = NULL, *from = NULL, count_text[32];
   relcl_checkpoint_meta *meta = NULL;
   relcl_checkpoint_tensor *out = NULL;
 
@@ -1096,12 +1118,13 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
   }
 
   /* Metadata of the last checkpoint, less what save adds itself; then free its data. */
-  meta = calloc(ck->n_meta + 1, sizeof *meta);
+  meta = calloc(ck->n_meta + 2, sizeof *meta);
   if (meta == NULL) goto oom;
   for (size_t i = 0; i < ck->n_meta; i++) {
     const relcl_checkpoint_meta *m = &ck->meta[i];
     if (strcmp(m->key, RELCL_CHECKPOINT_DATA_HASH_KEY) == 0 ||
-        strcmp(m->key, RELCL_CHECKPOINT_HEADER_HASH_KEY) == 0 || strcmp(m->key, AVERAGE_KEY) == 0)
+        strcmp(m->key, RELCL_CHECKPOINT_HEADER_HASH_KEY) == 0 || strcmp(m->key, RELCL_CHECKPOINT_AVERAGE_KEY) == 0 ||
+        strcmp(m->key, RELCL_CHECKPOINT_AVERAGED_FROM_KEY) == 0)
       continue;
     meta[nm].key = strdup(m->key);
     meta[nm].value = strdup(m->value);
@@ -1114,8 +1137,11 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
   relcl_checkpoint_close(ck);
   ck = NULL;
   snprintf(count_text, sizeof count_text, "%zu", n);
-  meta[nm].key = AVERAGE_KEY;
+  meta[nm].key = RELCL_CHECKPOINT_AVERAGE_KEY;
   meta[nm].value = count_text;
+  if ((from = averaged_from(paths, n)) == NULL) goto oom;
+  meta[nm + 1].key = RELCL_CHECKPOINT_AVERAGED_FROM_KEY;
+  meta[nm + 1].value = from;
 
   avg = malloc((total + 1) * sizeof *avg);
   out = calloc(nt + 1, sizeof *out);
@@ -1127,7 +1153,7 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
     memcpy(out[i].shape, table[i].shape, sizeof out[i].shape);
     out[i].data = avg + table[i].offset;
   }
-  st = relcl_checkpoint_save(out_path, out, nt, meta, nm + 1);
+  st = relcl_checkpoint_save(out_path, out, nt, meta, nm + 2);
   goto done;
 oom:
   st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "%s: out of memory averaging checkpoints", out_path);
@@ -1144,5 +1170,6 @@ done:
   free(avg);
   free(acc);
   free(config);
+  free(from);
   return st;
 }
