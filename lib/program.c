@@ -79,24 +79,11 @@ done:
   return st;
 }
 
-static relcl_status build_log_fail(cl_program prog, cl_device_id device, const char *file,
-                                   cl_int err) {
-  size_t len = 0;
-  clGetProgramBuildInfo(prog, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
-  char *log = calloc(len + 1, 1);
-  if (log) clGetProgramBuildInfo(prog, device, CL_PROGRAM_BUILD_LOG, len, log, NULL);
-  char name[256] = "";
-  clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
-  relcl_status st = relcl__fail(RELCL_ERR_BUILD, "building kernels/%s for %s failed (%s):\n%s",
-                                file, name, relcl__cl_error_name(err), log ? log : "");
-  free(log);
-  return st;
-}
-
 /* The first kernel that the embedded source of program i defines and prog lacks, into
  * name; false when prog has them all. The embedded source is the list of what the library
- * asks for: a cut or damaged file under RELCL_KERNEL_DIR (or a damaged cached binary) would
- * otherwise fail only at first use, as CL_INVALID_KERNEL_NAME deep inside a decode. */
+ * asks for: a cut or damaged file under RELCL_KERNEL_DIR would otherwise fail only at first
+ * use, as CL_INVALID_KERNEL_NAME deep inside a decode. (A cached binary holds them all: it
+ * was stored from a build that passed this check, and its hash is checked before use.) */
 static bool missing_kernel(cl_program prog, int i, char *name, size_t size) {
   size_t len = 0;
   char *have = NULL;
@@ -126,18 +113,30 @@ static bool missing_kernel(cl_program prog, int i, char *name, size_t size) {
   return missing;
 }
 
+static relcl_status build_log_fail(cl_program prog, cl_device_id device, const char *file,
+                                   cl_int err) {
+  size_t len = 0;
+  clGetProgramBuildInfo(prog, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
+  char *log = calloc(len + 1, 1);
+  if (log) clGetProgramBuildInfo(prog, device, CL_PROGRAM_BUILD_LOG, len, log, NULL);
+  char name[256] = "";
+  clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+  relcl_status st = relcl__fail(RELCL_ERR_BUILD, "building kernels/%s for %s failed (%s):\n%s",
+                                file, name, relcl__cl_error_name(err), log ? log : "");
+  free(log);
+  return st;
+}
+
 /* Build from a binary; any fault returns NULL and the caller compiles from source. */
-static cl_program from_binary(cl_context cl, cl_device_id device, int i,
-                              const unsigned char *bin, size_t size) {
+static cl_program from_binary(cl_context cl, cl_device_id device, const unsigned char *bin,
+                              size_t size) {
   cl_int err, bin_status;
   cl_program prog = clCreateProgramWithBinary(cl, 1, &device, &size, &bin, &bin_status, &err);
   if (err != CL_SUCCESS || bin_status != CL_SUCCESS) {
     if (prog) clReleaseProgram(prog);
     return NULL;
   }
-  char name[256];
-  if (clBuildProgram(prog, 1, &device, build_options, NULL, NULL) != CL_SUCCESS ||
-      missing_kernel(prog, i, name, sizeof name)) {
+  if (clBuildProgram(prog, 1, &device, build_options, NULL, NULL) != CL_SUCCESS) {
     clReleaseProgram(prog);
     return NULL;
   }
@@ -170,7 +169,7 @@ relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_dev
     unsigned char *bin = NULL;
     size_t size = 0;
     if (relcl__cache_load(dir, key, &bin, &size)) {
-      *out = from_binary(cl, device, i, bin, size);
+      *out = from_binary(cl, device, bin, size);
       free(bin);
       if (*out) goto done;
     }
