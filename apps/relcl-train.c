@@ -650,6 +650,16 @@ static int checkpoint_now(run *r, bool validating, bool *early) {
 
 /* ---- --valid-bleu: greedy translations of the validation set, scored by sacrebleu ---- */
 
+/* Greedy decoding (beam 1, which is relcl_model_greedy) in batches of 64 sentences. */
+static tm_opts greedy_opts(void) {
+  tm_opts o;
+  o.beam = relcl_beam_opts_default();
+  o.beam.beam_size = 1;
+  o.beam.length_penalty = 0.0f;
+  o.batch_size = 64;
+  return o;
+}
+
 /* Write lines to path, one a line; 0 or errno. */
 static int write_lines(const char *path, char *const *lines, const relcl_text *t, size_t n) {
   FILE *f = fopen(path, "w");
@@ -714,11 +724,7 @@ static int valid_bleu(run *r) {
     goto done;
   }
   for (size_t i = 0; i < n; i++) lines[i] = relcl_text_line(r->bleu_src, i, NULL);
-  tm_opts o;
-  o.beam = relcl_beam_opts_default();
-  o.beam.beam_size = 1;
-  o.beam.length_penalty = 0.0f;
-  o.batch_size = 64;
+  tm_opts o = greedy_opts();
   tm_stats stats;
   memset(&stats, 0, sizeof stats);
   if (tm_translate(r->model, r->spm, lines, n, &o, hyp, NULL, NULL, &stats, err, sizeof err)) {
@@ -955,11 +961,7 @@ static int translate_file(const train_config *cfg) {
     errorf(NULL, "--translate: %s", err);
     goto done;
   }
-  tm_opts o;
-  o.beam = relcl_beam_opts_default();
-  o.beam.beam_size = 1;
-  o.beam.length_penalty = 0.0f;
-  o.batch_size = 16;
+  tm_opts o = greedy_opts();
   tm_stats stats;
   memset(&stats, 0, sizeof stats);
   const size_t n = relcl_text_count(text);
