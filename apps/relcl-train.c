@@ -47,11 +47,12 @@ static const char *fmt_dur(double s, char *buf, size_t size) {
   return buf;
 }
 
-/* JSON number, or null for NaN/Inf (which JSON cannot hold) */
-static const char *jnum(double v, char *buf, size_t size) {
-  if (isfinite(v)) snprintf(buf, size, "%.6g", v);
-  else snprintf(buf, size, "null");
-  return buf;
+/* v to `digits` significant digits: log lines and the loss history need no more. (cJSON
+ * then writes the short form, and null for NaN and infinities, which JSON cannot hold.) */
+static double round_sig(double v, int digits) {
+  char buf[48];
+  snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return strtod(buf, NULL);
 }
 
 typedef struct history {
@@ -108,6 +109,17 @@ typedef struct run {
 } run;
 
 /* ---- messages ---- */
+
+/* One --log-json line (and the object freed). */
+static void log_json(run *r, cJSON *o) {
+  char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+  if (s) {
+    fprintf(r->json, "%s\n", s);
+    fflush(r->json);
+  }
+  cJSON_free(s);
+  cJSON_Delete(o);
+}
 
 static void clear_bar(run *r) {
   if (r->bar_shown) {
@@ -327,9 +339,8 @@ static char *history_json(const run *r) {
   for (int k = 0; root && k < 2; k++) {
     cJSON *a = cJSON_AddArrayToObject(root, names[k]);
     for (size_t i = 0; a && i < h[k]->n; i++) {
-      char buf[64];
-      snprintf(buf, sizeof buf, "[%.0f,%.7g]", h[k]->x[i], h[k]->y[i]);
-      cJSON_AddItemToArray(a, cJSON_CreateRaw(buf));
+      const double xy[2] = {h[k]->x[i], round_sig(h[k]->y[i], 7)};
+      cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(xy, 2));
     }
   }
   char *s = root ? cJSON_PrintUnformatted(root) : NULL;
@@ -613,7 +624,7 @@ static int checkpoint_now(run *r, bool validating, bool *early) {
     double t = now();
     if (validate(r, &loss, &nll)) return 1;
     r->last_valid = r->step;
-    char msg[128], el[32], buf[4][32];
+    char msg[128], el[32];
     if (!(loss >= r->best)) { /* also the first time, when best is NaN */
       is_best = true;
       r->best = loss;
@@ -632,14 +643,18 @@ static int checkpoint_now(run *r, bool validating, bool *early) {
            r->step, r->epoch + 1, loss, exp(nll), msg, now() - t,
            fmt_dur(r->elapsed_before + now() - r->t_start, el, sizeof el));
     if (r->json) {
-      fprintf(r->json,
-              "{\"type\": \"valid\", \"step\": %" PRIu64 ", \"epoch\": %" PRIu64
-              ", \"valid_loss\": %s, \"valid_nll\": %s, \"valid_ppl\": %s, \"best_valid_loss\": "
-              "%s, \"best_step\": %" PRIu64 ", \"new_best\": %s, \"stalled\": %d}\n",
-              r->step, r->epoch + 1, jnum(loss, buf[0], 32), jnum(nll, buf[1], 32),
-              jnum(exp(nll), buf[2], 32), jnum(r->best, buf[3], 32), r->best_step,
-              is_best ? "true" : "false", r->stalled);
-      fflush(r->json);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "type", "valid");
+      cJSON_AddNumberToObject(o, "step", (double)r->step);
+      cJSON_AddNumberToObject(o, "epoch", (double)(r->epoch + 1));
+      cJSON_AddNumberToObject(o, "valid_loss", round_sig(loss, 6));
+      cJSON_AddNumberToObject(o, "valid_nll", round_sig(nll, 6));
+      cJSON_AddNumberToObject(o, "valid_ppl", round_sig(exp(nll), 6));
+      cJSON_AddNumberToObject(o, "best_valid_loss", round_sig(r->best, 6));
+      cJSON_AddNumberToObject(o, "best_step", (double)r->best_step);
+      cJSON_AddBoolToObject(o, "new_best", is_best);
+      cJSON_AddNumberToObject(o, "stalled", r->stalled);
+      log_json(r, o);
     }
     if (r->cfg.early_stopping > 0 && r->stalled >= r->cfg.early_stopping) *early = true;
   }
@@ -747,9 +762,11 @@ static int valid_bleu(run *r) {
     printf("valid step %7" PRIu64 " | BLEU %.2f (greedy, sacrebleu, %zu sentences) | %.1f s\n",
            r->step, bleu, n, now() - t);
     if (r->json) {
-      fprintf(r->json, "{\"type\": \"valid_bleu\", \"step\": %" PRIu64 ", \"valid_bleu\": %.2f}\n",
-              r->step, bleu);
-      fflush(r->json);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "type", "valid_bleu");
+      cJSON_AddNumberToObject(o, "step", (double)r->step);
+      cJSON_AddNumberToObject(o, "valid_bleu", round_sig(bleu, 4));
+      log_json(r, o);
     }
   }
   fflush(stdout);
@@ -803,7 +820,7 @@ static void log_train(run *r, interval *iv, float lr, double t) {
   double tps = iv->seconds > 0 ? (double)iv->tokens / iv->seconds : 0;
   double gnorm = iv->gnorm_sum / (double)iv->steps, elapsed = r->elapsed_before + t - r->t_start;
   double eta = eta_seconds(r, t);
-  char el[32], e[40] = "", b[6][32];
+  char el[32], e[40] = "";
   if (isfinite(eta)) {
     strcpy(e, " | ETA ");
     fmt_dur(eta, e + 7, sizeof e - 7);
@@ -815,14 +832,19 @@ static void log_train(run *r, interval *iv, float lr, double t) {
          fmt_dur(elapsed, el, sizeof el), e);
   fflush(stdout);
   if (r->json) {
-    fprintf(r->json,
-            "{\"type\": \"train\", \"step\": %" PRIu64 ", \"epoch\": %" PRIu64
-            ", \"loss\": %s, \"nll\": %s, \"ppl\": %s, \"lr\": %.6g, \"gnorm\": %s, "
-            "\"tokens\": %" PRIu64 ", \"tokens_per_s\": %s, \"elapsed\": %.3f}\n",
-            r->step, r->epoch + 1, jnum(loss, b[0], 32), jnum(nll, b[1], 32),
-            jnum(exp(nll), b[2], 32), (double)lr, jnum(gnorm, b[3], 32), iv->tokens,
-            jnum(tps, b[4], 32), elapsed);
-    fflush(r->json);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "train");
+    cJSON_AddNumberToObject(o, "step", (double)r->step);
+    cJSON_AddNumberToObject(o, "epoch", (double)(r->epoch + 1));
+    cJSON_AddNumberToObject(o, "loss", round_sig(loss, 6));
+    cJSON_AddNumberToObject(o, "nll", round_sig(nll, 6));
+    cJSON_AddNumberToObject(o, "ppl", round_sig(exp(nll), 6));
+    cJSON_AddNumberToObject(o, "lr", round_sig(lr, 6));
+    cJSON_AddNumberToObject(o, "gnorm", round_sig(gnorm, 6));
+    cJSON_AddNumberToObject(o, "tokens", (double)iv->tokens);
+    cJSON_AddNumberToObject(o, "tokens_per_s", round_sig(tps, 6));
+    cJSON_AddNumberToObject(o, "elapsed", round_sig(elapsed, 9));
+    log_json(r, o);
   }
   history_add(&r->train_h, (double)r->step, loss);
   update_plot(r);
