@@ -142,9 +142,10 @@ relcl_status relcl_model_save(relcl_model *model, const char *path,
 
 /* Copy a checkpoint's parameters (and with RELCL_MODEL_OPTIMIZER its Adam moments, and the
  * step into *adam_step, which may be NULL) into an existing model, bit for bit. Every tensor
- * of the model must be in the file with its exact shape, and every value finite: a missing
- * or misshapen tensor, or a NaN or infinity, is RELCL_ERR_FORMAT naming the tensor, and the
- * model is then left as it was. The configuration in the file is not compared: see
+ * of the model must be in the file with its exact shape, every tensor of the file must be the
+ * model's (or its moment), and every value read finite: a missing, extra or misshapen tensor,
+ * or a NaN or infinity, is RELCL_ERR_FORMAT naming the tensor, and the model is then left as
+ * it was. The configuration in the file is not compared: see
  * relcl_model_config_compatible. */
 relcl_status relcl_model_restore(relcl_model *model, const relcl_checkpoint *ck, int flags,
                                  uint64_t *adam_step);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define ADAM_M_PREFIX "adam_m/"
-#define ADAM_V_PREFIX "adam_v/"
+#define ADAM_V_PREFIX "adam_v/" /* as long as ADAM_M_PREFIX */
 
 /* ---- the configuration's JSON ---- */
 
@@ -351,6 +351,18 @@ relcl_status relcl_model_restore(relcl_model *m, const relcl_checkpoint *ck, int
     if (end == NULL || *end != '\0')
       return relcl__fail(RELCL_ERR_FORMAT, "%s: %s " RELCL_MODEL_ADAM_STEP_KEY
                          ": saved without the optimizer state", path, s ? "bad" : "no");
+  }
+  /* a tensor the model does not have means another architecture than the one loaded */
+  for (size_t j = 0; j < relcl_checkpoint_tensor_count(ck); j++) {
+    const char *name = relcl_checkpoint_tensor_at(ck, j).name;
+    if (strncmp(name, ADAM_M_PREFIX, strlen(ADAM_M_PREFIX)) == 0 ||
+        strncmp(name, ADAM_V_PREFIX, strlen(ADAM_V_PREFIX)) == 0)
+      name += strlen(ADAM_M_PREFIX); /* both prefixes have the same length */
+    size_t i = 0;
+    while (i < m->n_tensors && strcmp(m->tensors[i].name, name) != 0) i++;
+    if (i == m->n_tensors)
+      return relcl__fail(RELCL_ERR_FORMAT, "%s: tensor %s is not part of this model",
+                         path, relcl_checkpoint_tensor_at(ck, j).name);
   }
   /* zeros between tensors (alignment padding) as relcl_model_create leaves them */
   float *host = calloc((size_t)n_arenas * np, sizeof *host);

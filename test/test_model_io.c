@@ -7,7 +7,7 @@
  *  2. save and load: parameters, both Adam moments and the step come back bit for bit
  *     (exact comparison: the file holds the floats' bytes, nothing is computed); a model
  *     saved without the optimizer cannot be restored with it; another configuration's file
- *     is refused naming a tensor;
+ *     is refused naming a tensor (one of another shape, or one the model lacks);
  *  3. bad checkpoints: a NaN or an infinity in any tensor (parameters or moments), or a
  *     relcl.config with "vocab": 500.7 or a huge "max-length", is refused naming the tensor
  *     or the key, and a refused restore leaves the model as it was.
@@ -232,6 +232,16 @@ static void test_save_load(relcl_context *ctx) {
   st = relcl_model_restore(other, ck, 0, NULL);
   tu_check(st == RELCL_ERR_FORMAT && msg_has("ffn") && msg_has("shape"),
            "a model of another d-ff is refused naming the tensor: %s", relcl_last_error());
+  relcl_checkpoint_close(ck);
+  relcl_model_destroy(other);
+  /* fewer layers: every tensor it has is in the file, but the file has more */
+  o = c;
+  o.enc_layers = 1;
+  TU_OK(relcl_model_create(ctx, &o, 1, &other));
+  TU_OK(relcl_checkpoint_open(path, 0, &ck));
+  st = relcl_model_restore(other, ck, 0, NULL);
+  tu_check(st == RELCL_ERR_FORMAT && msg_has("enc.1.") && msg_has("not part of this model"),
+           "a model of fewer layers is refused naming an extra tensor: %s", relcl_last_error());
   relcl_checkpoint_close(ck);
   relcl_model_destroy(other);
 
