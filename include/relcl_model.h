@@ -107,7 +107,8 @@ relcl_status relcl_model_arena_write(relcl_model *model, relcl_arena which, cons
 #define RELCL_MODEL_ADAM_STEP_KEY "relcl.adam_step"
 
 /* The configuration as one line of JSON (keys as above, in that order). *out is malloc'ed;
- * the caller frees it. */
+ * the caller frees it. A value that reading would refuse (max_length over
+ * RELCL_MODEL_MAX_LENGTH, ...) is RELCL_ERR_INVALID_ARG: what is saved can be loaded. */
 relcl_status relcl_model_config_to_json(const relcl_model_config *cfg, uint64_t vocab_hash,
                                         char **out);
 /* Parse it back into *cfg and *vocab_hash (may be NULL). The message names the key. */

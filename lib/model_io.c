@@ -91,6 +91,12 @@ relcl_status relcl_model_config_to_json(const relcl_model_config *cfg, uint64_t 
     cJSON *v = NULL;
     switch (f->type) {
     case F_INT:
+      /* what could not be read back is not written: a saved model must load */
+      if (!(*(const int *)p >= f->lo && *(const int *)p <= f->hi)) {
+        cJSON_Delete(root);
+        return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_config_to_json: \"%s\" is %d, "
+                           "out of range [%.0f, %.0f]", f->key, *(const int *)p, f->lo, f->hi);
+      }
       v = cJSON_CreateNumber(*(const int *)p);
       break;
     case F_BOOL:

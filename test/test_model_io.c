@@ -120,6 +120,13 @@ static void test_json(void) {
              bad[i].to[0] ? bad[i].to : "(removed)", relcl_last_error());
   }
 
+  relcl_model_config big = cs[0];
+  big.max_length = RELCL_MODEL_MAX_LENGTH + 1;
+  json = NULL;
+  st = relcl_model_config_to_json(&big, 0, &json);
+  tu_check(st == RELCL_ERR_INVALID_ARG && json == NULL && msg_has("\"max-length\""),
+           "a configuration that could not be read back is not written: %s", relcl_last_error());
+
   relcl_model_config a = small_config(), b = small_config();
   char why[128];
   b.dropout = 0.5f;
