@@ -187,6 +187,11 @@ relcl_status relcl_model_config_from_json(const char *json, relcl_model_config *
   relcl_status st = RELCL_OK;
   cJSON *root = cJSON_ParseWithOpts(json, NULL, 1); /* 1: nothing may follow the object */
   const cJSON *v;
+  /* cJSON ends a string at an escaped NUL, so "vocab\u0000x" would read as "vocab" */
+  if (strstr(json, "\\u0000") != NULL) {
+    st = BAD("a key or value holds a NUL character (\\u0000)");
+    goto done;
+  }
   if (!cJSON_IsObject(root)) {
     st = BAD("not a JSON object");
     goto done;

@@ -105,6 +105,7 @@ static void test_json(void) {
       {"\"d-ff\": 64", "\"d-ff\": 64, \"d-ff\": 64", "\"d-ff\" is given twice"},
       {"\"d-ff\": 64, ", "", "\"d-ff\" is missing"},
       {"\"max-length\": 129}", "\"max-length\": 129} x", "not a JSON object"},
+      {"\"vocab\": 500", "\"vocab\\u0000x\": 500", "NUL"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char buf[1024];
