@@ -128,41 +128,44 @@ static void plot(const bench_scaling_opts *o, const point *pts, int np) {
     printf("plot: %s\n", path);
 }
 
+static void print_row(const bench_scaling_opts *o, const point *p) {
+  double naive = (double)o->batch * o->heads * p->n * (double)p->n * o->head_dim * 4;
+  printf("%6d %11.2f %11.2f %13.2f %9.2f %9.2f %13.3f %13.3f %12.1f\n", p->n, p->ms[V_ABS],
+         p->ms[V_REL_K], p->ms[V_REL_N], p->ms[V_REL_K] / p->ms[V_ABS],
+         p->ms[V_REL_N] / p->ms[V_ABS], extra_bytes(p, V_REL_K) / 1048576.0,
+         extra_bytes(p, V_REL_N) / 1048576.0, naive / 1048576.0);
+  fflush(stdout);
+}
+
 int bench_scaling(relcl_context *ctx, const bench_scaling_opts *o, cJSON *out) {
+  if (!o->quiet) {
+    printf("\nattention scaling: forward + backward, batch %d, %d heads, head_dim %d, k %d, "
+           "median of %d interleaved runs; extra memory = scratch beyond absolute + the tables "
+           "and their gradients\n",
+           o->batch, o->heads, o->head_dim, o->k, o->reps);
+    printf("%6s %11s %11s %13s %9s %9s %13s %13s %12s\n", "n", "absolute ms", "rel k ms",
+           "rel k=n ms", "k ratio", "k=n ratio", "extra k MiB", "extra k=n MiB", "n*n*d MiB");
+  }
   point pts[MAX_POINTS];
   int np = 0;
   for (int n = o->n_min; n <= o->n_max && np < MAX_POINTS; n *= 2) {
     pts[np].n = n;
     if (measure(ctx, o, n, &pts[np])) return 1;
+    if (!o->quiet) print_row(o, &pts[np]);
     np++;
-  }
-  if (!o->quiet) {
-    printf("\nattention scaling: forward + backward, batch %d, %d heads, head_dim %d, median of "
-           "%d interleaved runs; extra memory = scratch beyond absolute + tables and gradients\n",
-           o->batch, o->heads, o->head_dim, o->reps);
-    printf("%6s %11s %11s %13s %9s %9s %13s %13s %12s\n", "n", "absolute ms", "rel k ms",
-           "rel k=n ms", "k ratio", "k=n ratio", "extra k MiB", "extra k=n MiB", "n*n*d MiB");
   }
   cJSON *arr = cJSON_AddArrayToObject(out, "scaling");
   for (int i = 0; i < np; i++) {
     const point *p = &pts[i];
-    double naive = (double)o->batch * o->heads * p->n * (double)p->n * o->head_dim * 4;
-    if (!o->quiet)
-      printf("%6d %11.2f %11.2f %13.2f %9.2f %9.2f %13.3f %13.3f %12.1f\n", p->n, p->ms[V_ABS],
-             p->ms[V_REL_K], p->ms[V_REL_N], p->ms[V_REL_K] / p->ms[V_ABS],
-             p->ms[V_REL_N] / p->ms[V_ABS], extra_bytes(p, V_REL_K) / 1048576.0,
-             extra_bytes(p, V_REL_N) / 1048576.0, naive / 1048576.0);
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "n", p->n);
-    for (int v = 0; v < N_VARIANTS; v++) {
-      char key[64];
-      snprintf(key, sizeof key, "%s_ms", v == V_ABS ? "absolute" : v == V_REL_K ? "relative_k"
-                                                                                 : "relative_kn");
-      cJSON_AddNumberToObject(e, key, p->ms[v]);
-    }
+    cJSON_AddNumberToObject(e, "absolute_ms", p->ms[V_ABS]);
+    cJSON_AddNumberToObject(e, "relative_k_ms", p->ms[V_REL_K]);
+    cJSON_AddNumberToObject(e, "relative_kn_ms", p->ms[V_REL_N]);
     cJSON_AddNumberToObject(e, "extra_bytes_relative_k", extra_bytes(p, V_REL_K));
     cJSON_AddNumberToObject(e, "extra_bytes_relative_kn", extra_bytes(p, V_REL_N));
-    cJSON_AddNumberToObject(e, "naive_n_n_d_bytes", naive);
+    cJSON_AddNumberToObject(e, "naive_n_n_d_bytes",
+                            (double)o->batch * o->heads * p->n * (double)p->n * o->head_dim * 4);
     cJSON_AddItemToArray(arr, e);
   }
   if (o->plot && o->plot[0] && np > 0) plot(o, pts, np);

@@ -81,7 +81,7 @@ static void usage(FILE *f) {
           "Times training steps of the same model with absolute and relative positions, shows\n"
           "where a step's device time goes, the device's limits, attention's scaling with\n"
           "length and the effect of CLBlast tuning. Defaults fit the device: the base preset\n"
-          "at ~4096 target tokens on a GPU, the tiny preset at ~1024 on a CPU.\n"
+          "at ~4096 target tokens on a GPU, the tiny preset at 512 on a CPU.\n"
           "  --device SPEC        OpenCL device (as RELCL_DEVICE)\n"
           "  --preset NAME        tiny | base | big\n"
           "  --vocab N            vocabulary (default 2000 with tiny, 32000 otherwise)\n"
@@ -89,11 +89,12 @@ static void usage(FILE *f) {
           "  --length N           source and target length of every sentence (default 32)\n"
           "  --k N                relative clipping distance (default: the preset's)\n"
           "  --variants           also keys-only, per-head tables, both positions, k 2/16/64\n"
-          "  --reps N             timed steps per variant (default 7 on a CPU, 20 on a GPU)\n"
+          "  --reps N             timed steps per variant (default 5 on a CPU, 20 on a GPU)\n"
           "  --profile-reps N     profiled steps per variant for the breakdown (default 2)\n"
           "  --tuning-reps N      runs per tuning setting in the tuning comparison (default 2)\n"
           "  --tuning FILE        compare CLBlast's defaults with this tuning file\n"
-          "  --scaling-max N      longest n of the attention sweep (default 2048; 32 ... N)\n"
+          "  --scaling-max N      longest n of the attention sweep, 32 ... N (default 2048 on a\n"
+          "                       GPU, 512 on a CPU, where 2048 takes about ten minutes)\n"
           "  --plot PREFIX        scaling plots PREFIX-time.png, PREFIX-memory.png\n"
           "                       (default relcl-bench-scaling; \"\" for none)\n"
           "  --no-scaling, --no-tuning, --no-peaks   skip a part\n"
@@ -267,7 +268,7 @@ static void choose_setup(relcl_context *ctx, const options *o, setup *s) {
   }
   if (o->k >= 0) s->cfg.max_rel = o->k;
   int len = o->length ? o->length : o->quick ? 16 : 32;
-  int tokens = o->batch_tokens ? o->batch_tokens : o->quick ? 256 : s->gpu ? 4096 : 1024;
+  int tokens = o->batch_tokens ? o->batch_tokens : o->quick ? 256 : s->gpu ? 4096 : 512;
   s->sentences = tokens / len > 0 ? tokens / len : 1;
   if (len > s->cfg.max_length) s->cfg.max_length = len;
   s->tokens = (size_t)s->sentences * (size_t)len;
@@ -609,6 +610,7 @@ static void json_variants(cJSON *out, const setup *s, const variant *v, int n, i
 static int tuning_child(relcl_context *ctx, const options *o) {
   setup s;
   choose_setup(ctx, o, &s);
+  int reps = o->reps ? o->reps : 3;
   variant v[1];
   memset(v, 0, sizeof v);
   int n = 0;
@@ -623,7 +625,7 @@ static int tuning_child(relcl_context *ctx, const options *o) {
     goto done;
   }
   if (batch_make(&bd, s.sentences, (int)(s.tokens / (size_t)s.sentences), c.vocab) ||
-      time_steps(ctx, v, 1, &bd.view, o->reps))
+      time_steps(ctx, v, 1, &bd.view, reps))
     goto done;
   printf("{\"tuning\": \"%s\", \"seconds_per_step\": %.6f}\n", relcl_context_tuning(ctx),
          v[0].med);
@@ -639,7 +641,6 @@ int main(int argc, char **argv) {
   o.k = -1;
   int prc = parse_args(argc, argv, &o);
   if (prc) return prc == 1 ? 0 : 2;
-  if (!o.reps) o.reps = o.quick ? 2 : 7;
   if (!o.profile_reps) o.profile_reps = o.quick ? 1 : 2;
   if (!o.tuning_reps) o.tuning_reps = o.quick ? 1 : 2;
   if (!o.plot) o.plot = "relcl-bench-scaling";
@@ -662,6 +663,7 @@ int main(int argc, char **argv) {
   if (!entries) goto done;
   setup s;
   choose_setup(ctx, &o, &s);
+  if (!o.reps) o.reps = o.quick ? 2 : s.gpu ? 20 : 5;
   int len = (int)(s.tokens / (size_t)s.sentences);
   double load0 = load_average(), t_start = bench_now();
   char desc[256];
@@ -721,7 +723,10 @@ int main(int argc, char **argv) {
   }
   if (!o.no_scaling) {
     bench_scaling_opts so = {.n_min = 32,
-                             .n_max = o.scaling_max ? o.scaling_max : o.quick ? 64 : 2048,
+                             .n_max = o.scaling_max ? o.scaling_max
+                                      : o.quick      ? 64
+                                      : s.gpu        ? 2048
+                                                     : 512,
                              .batch = 1,
                              .heads = 8,
                              .head_dim = 64,

@@ -238,8 +238,10 @@ static void prof_resolve(relcl_context *ctx) {
     struct relcl__pending *p = &ctx->pending[i];
     cl_ulong t0 = 0, t1 = 0;
     if (clWaitForEvents(1, &p->ev) == CL_SUCCESS &&
-        clGetEventProfilingInfo(p->ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ==
-            CL_SUCCESS &&
+        (p->start ? clGetEventProfilingInfo(p->start, CL_PROFILING_COMMAND_END, sizeof t0, &t0,
+                                            NULL)
+                  : clGetEventProfilingInfo(p->ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0,
+                                            NULL)) == CL_SUCCESS &&
         clGetEventProfilingInfo(p->ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) ==
             CL_SUCCESS &&
         t1 >= t0) {
@@ -255,15 +257,21 @@ static void prof_resolve(relcl_context *ctx) {
       if (t1 > ctx->prof_last) ctx->prof_last = t1;
     }
     clReleaseEvent(p->ev);
+    if (p->start) clReleaseEvent(p->start);
   }
   ctx->n_pending = 0;
 }
 
 void relcl__profile_event(relcl_context *ctx, const char *name, relcl_profile_part part,
                           const size_t shape[4], cl_event ev) {
-  if (ev == NULL) return;
-  if (!ctx->profile) {
-    clReleaseEvent(ev);
+  relcl__profile_span(ctx, name, part, shape, NULL, ev);
+}
+
+void relcl__profile_span(relcl_context *ctx, const char *name, relcl_profile_part part,
+                         const size_t shape[4], cl_event start, cl_event ev) {
+  if (ev == NULL || !ctx->profile) {
+    if (ev) clReleaseEvent(ev);
+    if (start) clReleaseEvent(start);
     return;
   }
   /* bounded memory when nobody calls relcl_finish: read what is pending now and then */
@@ -279,6 +287,7 @@ void relcl__profile_event(relcl_context *ctx, const char *name, relcl_profile_pa
     }
   }
   struct relcl__pending *p = &ctx->pending[ctx->n_pending++];
+  p->start = start;
   p->ev = ev;
   p->part = part;
   p->entry = prof_entry(ctx, name, part, shape);

@@ -24,9 +24,14 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   CLBlastTranspose ta = trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastStatusCode code;
-  cl_event ev, *evp = relcl__profile_slot(ctx, &ev);
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
     return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM with an empty inner dimension");
+  /* CLBlast returns the event of its last kernel only, and its indirect GEMM runs up to four
+   * (padding and transposing A, B and C around the product): a marker before the call lets
+   * the profile time all of them. */
+  cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
+  if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
+    start = NULL;
   if (batch == 1)
     code = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, alpha, a.mem, a.offset, lda,
                         b.mem, b.offset, ldb, beta, c.mem, c.offset, ldc, &ctx->queue, evp);
@@ -39,9 +44,11 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
     char name[160];
     snprintf(name, sizeof name, "SGEMM%s%s %zux%zux%zu x%zu", trans_a ? " A^T" : "",
              trans_b ? " B^T" : "", m, n, k, batch);
-    relcl__profile_event(ctx, name, part, (const size_t[4]){m, n, k, batch}, ev);
-  } else if (ev)
-    clReleaseEvent(ev);
+    relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, k, batch}, start, ev);
+  } else {
+    if (ev) clReleaseEvent(ev);
+    if (start) clReleaseEvent(start);
+  }
   return code == CLBlastSuccess ? RELCL_OK
                                 : clblast_fail(code, "SGEMM", m, n, k, batch);
 }

@@ -85,6 +85,7 @@ struct relcl_context {
   } prof[256];
   int n_prof;
   struct relcl__pending {
+    cl_event start; /* a marker before the command(s), or NULL: then ev's own start */
     cl_event ev;
     int entry; /* index into prof, or -1 when the table was full (still counted in totals) */
     relcl_profile_part part;
@@ -99,6 +100,11 @@ struct relcl_context {
  * m x n x k x batch or zeros) to be read later; without, release it. ev may be NULL. */
 void relcl__profile_event(relcl_context *ctx, const char *name, relcl_profile_part part,
                           const size_t shape[4], cl_event ev);
+/* The same for a routine that enqueues several commands but returns the event of its last
+ * one only (CLBlast): its time runs from the end of `start`, a marker enqueued just before
+ * it, to the end of ev. Takes both events. */
+void relcl__profile_span(relcl_context *ctx, const char *name, relcl_profile_part part,
+                         const size_t shape[4], cl_event start, cl_event ev);
 /* Where a command should put its event: &slot when profiling, else NULL. */
 static inline cl_event *relcl__profile_slot(relcl_context *ctx, cl_event *slot) {
   *slot = NULL;
