@@ -16,7 +16,6 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
   relcl__pool *pool = &ctx->pool;
   bytes = (bytes + 3) & ~(size_t)3;
   if (bytes == 0) bytes = 4;
-  size_t requested = bytes;
   int best = -1, empty = -1, smallest_free = -1;
   for (int i = 0; i < RELCL__POOL_SLOTS; i++) {
     relcl__pool_slot *s = &pool->slot[i];
@@ -28,7 +27,7 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
     }
   }
   if (best >= 0) {
-    take(pool, best, requested);
+    take(pool, best, bytes);
     *out = pool->slot[best].mem;
     return RELCL_OK;
   }
@@ -63,7 +62,7 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
   pool->held += bytes;
   if (pool->held > pool->held_peak) pool->held_peak = pool->held;
   relcl__mem_note_scratch(ctx);
-  take(pool, slot, requested);
+  take(pool, slot, bytes);
   pool->created++;
   *out = mem;
   return RELCL_OK;
