@@ -58,8 +58,8 @@ static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
   size_t nn = (size_t)n * (size_t)n;
   int rc = 1;
   relcl_status st = relcl_profile_enable(ctx, 1);
-  if (st != RELCL_OK || (st = relcl_alloc(ctx, nn, &x)) != RELCL_OK || (st = relcl_alloc(ctx, nn, &w)) != RELCL_OK ||
-      (st = relcl_alloc(ctx, nn, &y)) != RELCL_OK ||
+  if (st != RELCL_OK || (st = relcl_alloc(ctx, nn, &x)) != RELCL_OK ||
+      (st = relcl_alloc(ctx, nn, &w)) != RELCL_OK || (st = relcl_alloc(ctx, nn, &y)) != RELCL_OK ||
       (st = relcl_fill(ctx, relcl_buf_at(x, 0), 0.5f, nn)) != RELCL_OK ||
       (st = relcl_fill(ctx, relcl_buf_at(w, 0), 0.25f, nn)) != RELCL_OK)
     goto done;
@@ -74,7 +74,8 @@ static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
     if ((st = relcl_profile_reset(ctx)) != RELCL_OK ||
         (st = relcl_linear_forward(ctx, n, n, n, relcl_buf_at(x, 0), relcl_buf_at(w, 0),
                                    RELCL_BUF_NONE, relcl_buf_at(y, 0))) != RELCL_OK ||
-        (st = relcl_finish(ctx)) != RELCL_OK || (st = relcl_profile_summary_get(ctx, &s)) != RELCL_OK)
+        (st = relcl_finish(ctx)) != RELCL_OK ||
+        (st = relcl_profile_summary_get(ctx, &s)) != RELCL_OK)
       goto done;
     double ms = s.part_ms[RELCL_PART_CONTENT_GEMM];
     if (ms > 0 && ms < best) best = ms;
@@ -82,7 +83,8 @@ static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
   *gflops = 2.0 * n * (double)nn / (best * 1e-3) * 1e-9;
   rc = 0;
 done:
-  if (rc) fprintf(stderr, "relcl-bench: SGEMM peak: %s: %s\n", relcl_status_str(st), relcl_last_error());
+  if (rc)
+    fprintf(stderr, "relcl-bench: SGEMM peak: %s: %s\n", relcl_status_str(st), relcl_last_error());
   cl_mem m[] = {x, w, y};
   for (int i = 0; i < 3; i++)
     if (m[i]) clReleaseMemObject(m[i]);

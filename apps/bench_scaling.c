@@ -28,9 +28,9 @@ static relcl_status run_once(relcl_context *ctx, relcl_attn_desc *d, cl_mem *b) 
   relcl_status st = relcl_attn_forward(ctx, d, B_(T_Q), B_(T_K), B_(T_V), B_(T_WK), B_(T_WV),
                                        RELCL_BUF_NONE, B_(T_Z), B_(T_PROBS));
   if (st == RELCL_OK)
-    st = relcl_attn_backward(ctx, d, B_(T_Q), B_(T_K), B_(T_V), B_(T_WK), B_(T_WV),
-                             RELCL_BUF_NONE, B_(T_PROBS), B_(T_DZ), B_(T_DQ), B_(T_DK), B_(T_DV),
-                             B_(T_DWK), B_(T_DWV));
+    st = relcl_attn_backward(ctx, d, B_(T_Q), B_(T_K), B_(T_V), B_(T_WK), B_(T_WV), RELCL_BUF_NONE,
+                             B_(T_PROBS), B_(T_DZ), B_(T_DQ), B_(T_DK), B_(T_DV), B_(T_DWK),
+                             B_(T_DWV));
   if (st == RELCL_OK) st = relcl_finish(ctx);
   return st;
 #undef B_
@@ -46,15 +46,15 @@ static relcl_attn_desc desc_of(const bench_scaling_opts *o, int n, int v) {
 static int measure(relcl_context *ctx, const bench_scaling_opts *o, int n, point *pt) {
   size_t x = (size_t)o->batch * o->heads * n * o->head_dim;
   size_t w = (size_t)(2 * n + 1) * o->head_dim; /* room for k = n */
-  size_t sizes[N_BUFS] = {x, x, x, x, x, x, x, x, (size_t)o->batch * o->heads * n * n,
-                          w, w, w, w};
+  size_t sizes[N_BUFS] = {x, x, x, x, x, x, x, x, (size_t)o->batch * o->heads * n * n, w, w, w, w};
   cl_mem b[N_BUFS] = {0};
   relcl_status st = RELCL_OK;
   int rc = 1;
   for (int i = 0; i < N_BUFS && st == RELCL_OK; i++) {
     st = relcl_alloc(ctx, sizes[i], &b[i]);
     /* small values: any data times the same, but keep the softmax away from overflow */
-    if (st == RELCL_OK) st = relcl_fill(ctx, relcl_buf_at(b[i], 0), 0.01f * (float)(i % 5), sizes[i]);
+    if (st == RELCL_OK)
+      st = relcl_fill(ctx, relcl_buf_at(b[i], 0), 0.01f * (float)(i % 5), sizes[i]);
   }
   if (st != RELCL_OK) goto done;
   /* warm-up (CLBlast compiles per shape), and each variant's scratch high-water mark */
@@ -142,10 +142,11 @@ static void print_row(const bench_scaling_opts *o, const point *p) {
 
 int bench_scaling(relcl_context *ctx, const bench_scaling_opts *o, cJSON *out) {
   if (!o->quiet) {
-    printf("\nattention scaling: forward + backward, batch %d, %d heads, head_dim %d, k %d, "
-           "median of %d interleaved runs; extra memory = scratch beyond absolute + the tables "
-           "and their gradients\n",
-           o->batch, o->heads, o->head_dim, o->k, o->reps);
+    printf(
+        "\nattention scaling: forward + backward, batch %d, %d heads, head_dim %d, k %d, "
+        "median of %d interleaved runs; extra memory = scratch beyond absolute + the tables "
+        "and their gradients\n",
+        o->batch, o->heads, o->head_dim, o->k, o->reps);
     printf("%6s %11s %11s %13s %9s %9s %13s %13s %12s\n", "n", "absolute ms", "rel k ms",
            "rel k=n ms", "k ratio", "k=n ratio", "extra k MiB", "extra k=n MiB", "n*n*d MiB");
   }

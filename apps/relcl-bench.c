@@ -77,7 +77,8 @@ static double load_average(void) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: " PROG " [options]\n"
+          "usage: " PROG
+          " [options]\n"
           "Times training steps of the same model with absolute and relative positions, shows\n"
           "where a step's device time goes, the device's limits, attention's scaling with\n"
           "length and the effect of CLBlast tuning. Defaults fit the device: the base preset\n"
@@ -152,13 +153,20 @@ static int parse_args(int argc, char **argv, options *o) {
         done = true;
       }
     if (done) continue;
-    if (strcmp(a, "--variants") == 0) o->variants = true;
-    else if (strcmp(a, "--json") == 0) o->json = true;
-    else if (strcmp(a, "--quick") == 0) o->quick = true;
-    else if (strcmp(a, "--no-scaling") == 0) o->no_scaling = true;
-    else if (strcmp(a, "--no-tuning") == 0) o->no_tuning = true;
-    else if (strcmp(a, "--no-peaks") == 0) o->no_peaks = true;
-    else if (strcmp(a, "--tuning-child") == 0) o->tuning_child = true; /* internal */
+    if (strcmp(a, "--variants") == 0)
+      o->variants = true;
+    else if (strcmp(a, "--json") == 0)
+      o->json = true;
+    else if (strcmp(a, "--quick") == 0)
+      o->quick = true;
+    else if (strcmp(a, "--no-scaling") == 0)
+      o->no_scaling = true;
+    else if (strcmp(a, "--no-tuning") == 0)
+      o->no_tuning = true;
+    else if (strcmp(a, "--no-peaks") == 0)
+      o->no_peaks = true;
+    else if (strcmp(a, "--tuning-child") == 0)
+      o->tuning_child = true; /* internal */
     else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 1;
@@ -203,8 +211,8 @@ static int batch_make(batch_data *bd, int sentences, int len, int vocab) {
       bd->tgt_in[(size_t)s * len + t] = t == 0 ? BOS : bd->tgt_out[(size_t)s * len + t - 1];
     }
   }
-  bd->view = (relcl_model_batch){sentences, len, len, bd->src, bd->tgt_in, bd->tgt_out,
-                                 bd->src_lens, bd->tgt_lens};
+  bd->view = (relcl_model_batch){sentences,  len,         len,          bd->src,
+                                 bd->tgt_in, bd->tgt_out, bd->src_lens, bd->tgt_lens};
   return 0;
 }
 
@@ -275,8 +283,7 @@ static void choose_setup(relcl_context *ctx, const options *o, setup *s) {
   s->cfg.dropout = 0.1f;
 }
 
-static int make_variants(relcl_context *ctx, const options *o, const setup *s, variant *v,
-                         int *n) {
+static int make_variants(relcl_context *ctx, const options *o, const setup *s, variant *v, int *n) {
   int k = s->cfg.max_rel;
   char name[48];
   add_variant(v, n, "absolute", RELCL_POS_ABSOLUTE, k, 0, 0);
@@ -312,8 +319,7 @@ static int make_variants(relcl_context *ctx, const options *o, const setup *s, v
 }
 
 /* Warm-up, then reps timed steps of every variant, interleaved. */
-static int time_steps(relcl_context *ctx, variant *v, int n, const relcl_model_batch *b,
-                      int reps) {
+static int time_steps(relcl_context *ctx, variant *v, int n, const relcl_model_batch *b, int reps) {
   relcl_status st = RELCL_OK;
   for (int i = 0; i < n && st == RELCL_OK; i++) st = train_step(ctx, v[i].model, b, 1);
   for (int r = 0; r < reps && st == RELCL_OK; r++)
@@ -396,8 +402,10 @@ static int run_child(char *const *argv, const char *tuning, double *sec, char *u
   if (pid == 0) {
     close(fd[0]);
     if (dup2(fd[1], 1) < 0) _exit(127);
-    if (tuning) setenv("RELCL_TUNING", tuning, 1);
-    else unsetenv("RELCL_TUNING");
+    if (tuning)
+      setenv("RELCL_TUNING", tuning, 1);
+    else
+      unsetenv("RELCL_TUNING");
     execv("/proc/self/exe", argv);
     _exit(127);
   }
@@ -431,8 +439,10 @@ static int tuning_compare(const options *o, const char *applied, bool quiet, cJS
     cJSON_AddStringToObject(t, "applies", applied);
     cJSON_AddBoolToObject(t, "compared", 0);
     if (!quiet)
-      printf("\ntuning: none applies to this device (%s): CLBlast's defaults are all there is "
-             "to time; relcl-tune writes a tuning file, or pass --tuning FILE\n", applied);
+      printf(
+          "\ntuning: none applies to this device (%s): CLBlast's defaults are all there is "
+          "to time; relcl-tune writes a tuning file, or pass --tuning FILE\n",
+          applied);
     return 0;
   }
   char *argv[32];
@@ -449,8 +459,10 @@ static int tuning_compare(const options *o, const char *applied, bool quiet, cJS
     const char *flag;
     int v;
     char *buf;
-  } pass[] = {{"--k", o->k, k}, {"--vocab", o->vocab, vocab},
-              {"--batch-tokens", o->batch_tokens, tokens}, {"--length", o->length, len}};
+  } pass[] = {{"--k", o->k, k},
+              {"--vocab", o->vocab, vocab},
+              {"--batch-tokens", o->batch_tokens, tokens},
+              {"--length", o->length, len}};
   for (int i = 0; i < 4; i++)
     if (pass[i].v > 0 || (i == 0 && pass[i].v >= 0)) {
       snprintf(pass[i].buf, 16, "%d", pass[i].v);
@@ -475,31 +487,36 @@ static int tuning_compare(const options *o, const char *applied, bool quiet, cJS
   cJSON_AddNumberToObject(t, "tuned_steps_per_s", 1.0 / m_on);
   cJSON_AddNumberToObject(t, "speedup", m_off / m_on);
   if (!quiet)
-    printf("\ntuning (relative model, separate processes, interleaved, median of %d): CLBlast's "
-           "defaults %.3f steps/s, with %s %.3f steps/s: x%.2f\n",
-           o->tuning_reps, 1.0 / m_off, used_on, 1.0 / m_on, m_off / m_on);
+    printf(
+        "\ntuning (relative model, separate processes, interleaved, median of %d): CLBlast's "
+        "defaults %.3f steps/s, with %s %.3f steps/s: x%.2f\n",
+        o->tuning_reps, 1.0 / m_off, used_on, 1.0 / m_on, m_off / m_on);
   return 0;
 }
 
 /* ---- output ---- */
 
 static void print_rates(const setup *s, const variant *v, int n, int reps) {
-  printf("\nstep rate: one step = zero-grad + forward + backward + Adam + relcl_finish; %d "
-         "timed steps per variant, interleaved, after one warm-up step each\n", reps);
+  printf(
+      "\nstep rate: one step = zero-grad + forward + backward + Adam + relcl_finish; %d "
+      "timed steps per variant, interleaved, after one warm-up step each\n",
+      reps);
   printf("%-22s %28s %34s %11s\n", "variant", "steps/s median (min..max)",
          "target tokens/s median (min..max)", "decrease");
   for (int i = 0; i < n; i++) {
     char dec[32] = "-";
     if (i > 0) snprintf(dec, sizeof dec, "%.1f%%", 100.0 * (1.0 - v[0].med / v[i].med));
     printf("%-22s %10.3f (%6.3f..%6.3f) %14.0f (%8.0f..%8.0f) %11s\n", v[i].name, 1.0 / v[i].med,
-           1.0 / v[i].hi, 1.0 / v[i].lo, (double)s->tokens / v[i].med,
-           (double)s->tokens / v[i].hi, (double)s->tokens / v[i].lo, dec);
+           1.0 / v[i].hi, 1.0 / v[i].lo, (double)s->tokens / v[i].med, (double)s->tokens / v[i].hi,
+           (double)s->tokens / v[i].lo, dec);
   }
 }
 
 static void print_breakdown(const variant *v, int n, int reps) {
-  printf("\nwhere a step's time goes (ms per step; device time from OpenCL events, %d profiled "
-         "steps each; events are read at relcl_finish, not waited for one by one)\n", reps);
+  printf(
+      "\nwhere a step's time goes (ms per step; device time from OpenCL events, %d profiled "
+      "steps each; events are read at relcl_finish, not waited for one by one)\n",
+      reps);
   printf("%-20s", "part");
   for (int i = 0; i < n; i++) printf(" %16.16s", v[i].name);
   printf("\n");
@@ -520,21 +537,23 @@ static void print_breakdown(const variant *v, int n, int reps) {
     }
     printf("\n");
   }
-  printf("host gap = wall time of a profiled step - the device time of its commands (the same "
-         "steps): how long the device sat idle waiting for the host (launches, argument checks, "
-         "the blocking read of the loss; on a CPU device also the host thread's share of the "
-         "cores). Profiling only adds an event per command; compare the two wall rows.\n");
+  printf(
+      "host gap = wall time of a profiled step - the device time of its commands (the same "
+      "steps): how long the device sat idle waiting for the host (launches, argument checks, "
+      "the blocking read of the loss; on a CPU device also the host thread's share of the "
+      "cores). Profiling only adds an event per command; compare the two wall rows.\n");
 }
 
 static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy) {
   qsort(e, (size_t)n, sizeof *e, by_ms);
   for (int i = 0; i < n; i++) e[i].e.name = e[i].name; /* the sort moved the names */
-  printf("\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s, SGEMM %dx%dx%d %.1f GFLOP/s "
-         "(relcl's CLBlast GEMM as tuned)\n",
-         pk->copy_gbs, pk->fma_gflops, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n, pk->sgemm_gflops);
+  printf(
+      "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s, SGEMM %dx%dx%d %.1f GFLOP/s "
+      "(relcl's CLBlast GEMM as tuned)\n",
+      pk->copy_gbs, pk->fma_gflops, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n, pk->sgemm_gflops);
   printf("relative model, one step: kernels and GEMM shapes by device time\n");
-  printf("%8s %6s %6s %9s %7s %7s  %-16s %s\n", "ms", "share", "calls", "GFLOP/s", "%FMA",
-         "%SGEMM", "part", "name");
+  printf("%8s %6s %6s %9s %7s %7s  %-16s %s\n", "ms", "share", "calls", "GFLOP/s", "%FMA", "%SGEMM",
+         "part", "name");
   for (int i = 0; i < n; i++) {
     const relcl_profile_entry *x = &e[i].e;
     char gf[16] = "", pf[16] = "", ps[16] = "";
@@ -578,9 +597,10 @@ static void json_variants(cJSON *out, const setup *s, const variant *v, int n, i
   for (int i = 0; i < n; i++) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "name", v[i].name);
-    cJSON_AddStringToObject(j, "positions", v[i].positions == RELCL_POS_ABSOLUTE ? "absolute"
-                                            : v[i].positions == RELCL_POS_RELATIVE ? "relative"
-                                                                                   : "both");
+    cJSON_AddStringToObject(j, "positions",
+                            v[i].positions == RELCL_POS_ABSOLUTE   ? "absolute"
+                            : v[i].positions == RELCL_POS_RELATIVE ? "relative"
+                                                                   : "both");
     cJSON_AddNumberToObject(j, "k", v[i].k);
     cJSON_AddBoolToObject(j, "per_head", v[i].per_head);
     cJSON_AddBoolToObject(j, "keys_only", v[i].keys_only);
@@ -596,7 +616,8 @@ static void json_variants(cJSON *out, const setup *s, const variant *v, int n, i
     cJSON_AddNumberToObject(j, "decrease_percent", 100.0 * (1.0 - v[0].med / v[i].med));
     cJSON *b = cJSON_AddObjectToObject(j, "breakdown_ms");
     for (int p = 0; p < RELCL_PART_COUNT; p++)
-      cJSON_AddNumberToObject(b, relcl_profile_part_name((relcl_profile_part)p), v[i].part[p] * 1e3);
+      cJSON_AddNumberToObject(b, relcl_profile_part_name((relcl_profile_part)p),
+                              v[i].part[p] * 1e3);
     cJSON_AddNumberToObject(j, "device_busy_ms", v[i].busy * 1e3);
     cJSON_AddNumberToObject(j, "device_span_ms", v[i].span * 1e3);
     cJSON_AddNumberToObject(j, "wall_ms", v[i].med * 1e3);
@@ -627,8 +648,7 @@ static int tuning_child(relcl_context *ctx, const options *o) {
   if (batch_make(&bd, s.sentences, (int)(s.tokens / (size_t)s.sentences), c.vocab) ||
       time_steps(ctx, v, 1, &bd.view, reps))
     goto done;
-  printf("{\"tuning\": \"%s\", \"seconds_per_step\": %.6f}\n", relcl_context_tuning(ctx),
-         v[0].med);
+  printf("{\"tuning\": \"%s\", \"seconds_per_step\": %.6f}\n", relcl_context_tuning(ctx), v[0].med);
   rc = 0;
 done:
   relcl_model_destroy(v[0].model);
@@ -681,10 +701,14 @@ int main(int argc, char **argv) {
   if (!o.json) {
     printf(PROG ": device %s (%s)\n", relcl_context_device_name(ctx), s.gpu ? "GPU" : "not a GPU");
     printf("model: %s preset%s: %s\n", s.preset,
-           o.preset ? "" : s.gpu ? " (default on a GPU)" : " (default on a CPU device; base on a GPU)",
+           o.preset ? ""
+           : s.gpu  ? " (default on a GPU)"
+                    : " (default on a CPU device; base on a GPU)",
            desc);
-    printf("batch: %d sentences x %d source and %d target positions = %zu target tokens "
-           "(synthetic, fixed lengths)\n", s.sentences, len, len, s.tokens);
+    printf(
+        "batch: %d sentences x %d source and %d target positions = %zu target tokens "
+        "(synthetic, fixed lengths)\n",
+        s.sentences, len, len, s.tokens);
     printf("CLBlast tuning: %s; load average %.2f\n", relcl_context_tuning(ctx), load0);
     fflush(stdout);
   }
@@ -710,10 +734,11 @@ int main(int argc, char **argv) {
     cJSON_AddNumberToObject(out, "overhead_percent_fastest", best);
     cJSON_AddNumberToObject(out, "overhead_percent_device_time", device);
     if (!o.json)
-      printf("\noverhead of relative positions: %.1f%% fewer steps/s (medians; paired "
-             "repetitions: median %.1f%%, %.1f%% .. %.1f%%; fastest steps: %.1f%%; device "
-             "time: %.1f%%). Shaw et al. report 7%% on P100 GPUs\n",
-             100.0 * (1.0 - v[0].med / v[1].med), med, lo, hi, best, device);
+      printf(
+          "\noverhead of relative positions: %.1f%% fewer steps/s (medians; paired "
+          "repetitions: median %.1f%%, %.1f%% .. %.1f%%; fastest steps: %.1f%%; device "
+          "time: %.1f%%). Shaw et al. report 7%% on P100 GPUs\n",
+          100.0 * (1.0 - v[0].med / v[1].med), med, lo, hi, best, device);
   }
   json_variants(out, &s, v, nv, o.reps);
   for (int i = 0; i < nv; i++) { /* free device memory before the sweeps */
@@ -730,9 +755,9 @@ int main(int argc, char **argv) {
   if (!o.no_scaling) {
     bench_scaling_opts so = {.n_min = 32,
                              .n_max = o.scaling_max ? o.scaling_max
-                                      : o.quick      ? 64
-                                      : s.gpu        ? 2048
-                                                     : 512,
+                                      : o.quick     ? 64
+                                      : s.gpu       ? 2048
+                                                    : 512,
                              .batch = 1,
                              .heads = 8,
                              .head_dim = 64,

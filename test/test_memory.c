@@ -36,8 +36,8 @@ static void make(relcl_context *ctx, int n, int kmax, bufs *b) {
 }
 
 static void release(bufs *b) {
-  cl_mem all[] = {b->q, b->k, b->v, b->z, b->dz, b->dq, b->dk, b->dv, b->probs,
-                  b->wk, b->wv, b->dwk, b->dwv};
+  cl_mem all[] = {b->q,  b->k,     b->v,  b->z,  b->dz,  b->dq, b->dk,
+                  b->dv, b->probs, b->wk, b->wv, b->dwk, b->dwv};
   for (int i = 0; i < 13; i++) clReleaseMemObject(all[i]);
 }
 
@@ -47,8 +47,8 @@ static size_t scratch_peak(relcl_context *ctx, const bufs *b, int n, int k, int 
   d.relative = relative;
 #define A(m) relcl_buf_at(b->m, 0)
   TU_OK(relcl_memory_reset_peaks(ctx));
-  TU_OK(relcl_attn_forward(ctx, &d, A(q), A(k), A(v), A(wk), A(wv), RELCL_BUF_NONE, A(z),
-                           A(probs)));
+  TU_OK(
+      relcl_attn_forward(ctx, &d, A(q), A(k), A(v), A(wk), A(wv), RELCL_BUF_NONE, A(z), A(probs)));
   TU_OK(relcl_attn_backward(ctx, &d, A(q), A(k), A(v), A(wk), A(wv), RELCL_BUF_NONE, A(probs),
                             A(dz), A(dq), A(dk), A(dv), A(dwk), A(dwv)));
 #undef A
@@ -68,11 +68,15 @@ static double extra(relcl_context *ctx, int n, int k) {
   double x = rel - abs_;
   double labels = (double)B * H * n * (2 * k + 1) * 4; /* one float per (b,h,i,label) */
   double nnd = (double)B * H * n * (double)n * D * 4;
-  printf("     n=%d k=%d: scratch absolute %.0f B, relative %.0f B, extra %.0f B = %.2f label "
-         "tensors, %.4f of n*n*d\n", n, k, abs_, rel, x, x / labels, x / nnd);
+  printf(
+      "     n=%d k=%d: scratch absolute %.0f B, relative %.0f B, extra %.0f B = %.2f label "
+      "tensors, %.4f of n*n*d\n",
+      n, k, abs_, rel, x, x / labels, x / nnd);
   /* the factored form holds at most four (B, H, n, 2k+1) label tensors at once */
-  tu_check(x > 0 && x <= 4 * labels, "n=%d k=%d: extra memory %.0f B is 1 to 4 label tensors "
-           "(B*H*n*(2k+1) floats = %.0f B), not n*n*d (%.0f B)", n, k, x, labels, nnd);
+  tu_check(x > 0 && x <= 4 * labels,
+           "n=%d k=%d: extra memory %.0f B is 1 to 4 label tensors "
+           "(B*H*n*(2k+1) floats = %.0f B), not n*n*d (%.0f B)",
+           n, k, x, labels, nnd);
   return x;
 }
 
@@ -82,8 +86,10 @@ static void check_scaling(relcl_context *ctx) {
   /* n*k: 4x the length at fixed k is 4x the memory (n*n or n*n*d would be 16x); twice
    * k is (2*16+1)/(2*8+1) = 1.94x. Tolerance 10%: allocations round to 4 bytes only. */
   double rn = e256 / e64, rk = e256k / e256;
-  tu_check(rn > 3.6 && rn < 4.4, "extra memory grows as n: n 64 -> 256 at k 8 gives x%.2f (n*k: "
-           "x4, n*n*d: x16)", rn);
+  tu_check(rn > 3.6 && rn < 4.4,
+           "extra memory grows as n: n 64 -> 256 at k 8 gives x%.2f (n*k: "
+           "x4, n*n*d: x16)",
+           rn);
   tu_check(rk > 1.94 * 0.9 && rk < 1.94 * 1.1,
            "extra memory grows as k: k 8 -> 16 at n 256 gives x%.2f (2k+1: x1.94)", rk);
 }
@@ -123,9 +129,8 @@ static void check_profile(relcl_context *ctx) {
     for (int pass = 0; pass < 2; pass++) { /* the first may fill new scratch buffers */
       TU_OK(relcl_profile_reset(ctx));
       TU_OK(relcl_attn_forward(ctx, &d, relcl_buf_at(b.q, 0), relcl_buf_at(b.k, 0),
-                               relcl_buf_at(b.v, 0), relcl_buf_at(b.wk, 0),
-                               relcl_buf_at(b.wv, 0), RELCL_BUF_NONE, relcl_buf_at(b.z, 0),
-                               relcl_buf_at(b.probs, 0)));
+                               relcl_buf_at(b.v, 0), relcl_buf_at(b.wk, 0), relcl_buf_at(b.wv, 0),
+                               RELCL_BUF_NONE, relcl_buf_at(b.z, 0), relcl_buf_at(b.probs, 0)));
     }
     float host[4];
     TU_OK(relcl_read(ctx, relcl_buf_at(b.z, 0), host, 4));
@@ -148,16 +153,17 @@ static void check_profile(relcl_context *ctx) {
     tu_check(calls == want && s[relative].commands == want && rows == 1 && reads == 1 &&
                  gemms == (relative ? 4 : 2),
              "%s forward: %ld commands profiled (want %ld), %d GEMM shapes, the row kernel and "
-             "the read in their parts", relative ? "relative" : "absolute", calls, want, gemms);
+             "the read in their parts",
+             relative ? "relative" : "absolute", calls, want, gemms);
     tu_check(fabs(sum - s[relative].busy_ms) <= 1e-9 + 1e-9 * sum &&
                  s[relative].span_ms + 1e-6 >= s[relative].busy_ms * 0.999,
              "%s: parts add up to the busy time (%.3f ms), within the span (%.3f ms)",
              relative ? "relative" : "absolute", s[relative].busy_ms, s[relative].span_ms);
   }
-  tu_check(s[0].part_ms[RELCL_PART_RELATIVE_GEMM] == 0 &&
-               s[1].part_ms[RELCL_PART_RELATIVE_GEMM] > 0,
-           "relative GEMMs are counted apart (absolute %.3f ms, relative %.3f ms)",
-           s[0].part_ms[RELCL_PART_RELATIVE_GEMM], s[1].part_ms[RELCL_PART_RELATIVE_GEMM]);
+  tu_check(
+      s[0].part_ms[RELCL_PART_RELATIVE_GEMM] == 0 && s[1].part_ms[RELCL_PART_RELATIVE_GEMM] > 0,
+      "relative GEMMs are counted apart (absolute %.3f ms, relative %.3f ms)",
+      s[0].part_ms[RELCL_PART_RELATIVE_GEMM], s[1].part_ms[RELCL_PART_RELATIVE_GEMM]);
   TU_OK(relcl_profile_enable(ctx, 0));
   TU_OK(relcl_profile_reset(ctx));
   TU_OK(relcl_fill(ctx, relcl_buf_at(b.z, 0), 0.0f, 4));
