@@ -544,31 +544,82 @@ static void print_breakdown(const variant *v, int n, int reps) {
       "cores). Profiling only adds an event per command; compare the two wall rows.\n");
 }
 
-static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy) {
+/* What a step's kernels must at least read and write, for their fraction of the copy
+ * bandwidth. Every sentence has the same length, so each call of a kernel has one size:
+ * N tokens x D (activations), W = B H len^2 attention weights, P parameters. Unknown
+ * kernels get 0 (not rated). Lower bounds: a kernel that reads a row twice is not charged. */
+typedef struct traffic {
+  double nd, w, p;
+} traffic;
+
+static double kernel_bytes(const char *name, const traffic *t) {
+  static const struct {
+    const char *name;
+    double nd, w, p; /* floats per call, in units of N*D, W and P */
+  } table[] = {
+      {"ln_fwd", 2, 0, 0},         /* x in, y out */
+      {"ln_bwd", 3, 0, 0},         /* x, dy in, dx out */
+      {"dropout_apply", 2, 0, 0},  /* x in, y out (and a residual in the forward) */
+      {"attn_fwd_rows", 0, 3, 0},  /* logits in, weights and dropped weights out */
+      {"attn_drop_rows", 0, 2, 0}, /* weights in, dropped weights out */
+      {"attn_bwd_rows", 0, 3, 0},  /* gradient and weights in, logit gradient out */
+      {"adam_update", 0, 0, 7},    /* param, grad, m, v in; param, m, v out */
+  };
+  for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+    if (strcmp(table[i].name, name) == 0)
+      return 4 * (table[i].nd * t->nd + table[i].w * t->w + table[i].p * t->p);
+  return 0;
+}
+
+/* Rate and fraction of peak of an entry: GFLOP/s of the FMA peak for GEMMs, GB/s of the
+ * copy bandwidth for rated kernels. false when neither applies. */
+static bool entry_rate(const relcl_profile_entry *x, const traffic *t, const bench_peaks *pk,
+                       double *rate, double *frac, bool *gemm) {
+  double sec = x->ms * 1e-3;
+  *gemm = x->m > 0;
+  if (sec <= 0) return false;
+  if (*gemm) {
+    *rate = 2.0 * x->m * x->n * x->k * x->batch * x->calls / sec * 1e-9;
+    *frac = *rate / pk->fma_gflops;
+    return true;
+  }
+  double bytes = kernel_bytes(x->name, t);
+  if (bytes <= 0) return false;
+  *rate = bytes * x->calls / sec * 1e-9;
+  *frac = *rate / pk->copy_gbs;
+  return true;
+}
+
+static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy,
+                         const traffic *t) {
   qsort(e, (size_t)n, sizeof *e, by_ms);
   for (int i = 0; i < n; i++) e[i].e.name = e[i].name; /* the sort moved the names */
   printf(
       "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s, SGEMM %dx%dx%d %.1f GFLOP/s "
       "(relcl's CLBlast GEMM as tuned)\n",
       pk->copy_gbs, pk->fma_gflops, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n, pk->sgemm_gflops);
-  printf("relative model, one step: kernels and GEMM shapes by device time\n");
-  printf("%8s %6s %6s %9s %7s %7s  %-16s %s\n", "ms", "share", "calls", "GFLOP/s", "%FMA", "%SGEMM",
-         "part", "name");
+  printf("relative model, one step: kernels and GEMM shapes by device time; GEMMs in GFLOP/s "
+         "(of the FMA peak, of the SGEMM), kernels in GB/s of the least traffic they need (of "
+         "the copy bandwidth)\n");
+  printf("%8s %6s %6s %12s %7s %7s  %-18s %s\n", "ms", "share", "calls", "rate", "%peak",
+         "%SGEMM", "part", "name");
   for (int i = 0; i < n; i++) {
     const relcl_profile_entry *x = &e[i].e;
-    char gf[16] = "", pf[16] = "", ps[16] = "";
-    if (x->m) {
-      double g = 2.0 * x->m * x->n * x->k * x->batch * x->calls / (x->ms * 1e-3) * 1e-9;
-      snprintf(gf, sizeof gf, "%.1f", g);
-      snprintf(pf, sizeof pf, "%.0f%%", 100 * g / pk->fma_gflops);
-      snprintf(ps, sizeof ps, "%.0f%%", 100 * g / pk->sgemm_gflops);
+    char rs[24] = "", pf[16] = "", ps[16] = "";
+    double rate, frac;
+    bool gemm;
+    if (entry_rate(x, t, pk, &rate, &frac, &gemm)) {
+      snprintf(rs, sizeof rs, gemm ? "%.1f GFLOP/s" : "%.2f GB/s", rate);
+      snprintf(pf, sizeof pf, "%.0f%%", 100 * frac);
+      if (gemm) snprintf(ps, sizeof ps, "%.0f%%", 100 * rate / pk->sgemm_gflops);
     }
-    printf("%8.2f %5.1f%% %6ld %9s %7s %7s  %-16s %s\n", x->ms, 100 * x->ms / (busy * 1e3),
-           x->calls, gf, pf, ps, relcl_profile_part_name(x->part), x->name);
+    printf("%8.2f %5.1f%% %6ld %12s %7s %7s  %-18s %s\n", x->ms, 100 * x->ms / (busy * 1e3),
+           x->calls, rs, pf, ps, relcl_profile_part_name(x->part), x->name);
   }
 }
 
-static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, int n) {
+static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, int n,
+                        const traffic *t) {
   cJSON *l = cJSON_AddObjectToObject(out, "limits");
   cJSON_AddNumberToObject(l, "copy_gb_per_s", pk->copy_gbs);
   cJSON_AddNumberToObject(l, "fma_gflop_per_s", pk->fma_gflops);
@@ -582,11 +633,17 @@ static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, i
     cJSON_AddStringToObject(j, "part", relcl_profile_part_name(x->part));
     cJSON_AddNumberToObject(j, "ms", x->ms);
     cJSON_AddNumberToObject(j, "calls", (double)x->calls);
-    if (x->m) {
-      double g = 2.0 * x->m * x->n * x->k * x->batch * x->calls / (x->ms * 1e-3) * 1e-9;
-      cJSON_AddNumberToObject(j, "gflop_per_s", g);
-      cJSON_AddNumberToObject(j, "fraction_of_fma_peak", g / pk->fma_gflops);
-      cJSON_AddNumberToObject(j, "fraction_of_sgemm_peak", g / pk->sgemm_gflops);
+    double rate, frac;
+    bool gemm;
+    if (entry_rate(x, t, pk, &rate, &frac, &gemm)) {
+      if (gemm) {
+        cJSON_AddNumberToObject(j, "gflop_per_s", rate);
+        cJSON_AddNumberToObject(j, "fraction_of_fma_peak", frac);
+        cJSON_AddNumberToObject(j, "fraction_of_sgemm_peak", rate / pk->sgemm_gflops);
+      } else {
+        cJSON_AddNumberToObject(j, "gb_per_s_least_traffic", rate);
+        cJSON_AddNumberToObject(j, "fraction_of_copy_peak", frac);
+      }
     }
     cJSON_AddItemToArray(a, j);
   }
@@ -741,6 +798,9 @@ int main(int argc, char **argv) {
           100.0 * (1.0 - v[0].med / v[1].med), med, lo, hi, best, device);
   }
   json_variants(out, &s, v, nv, o.reps);
+  traffic traf = {(double)s.tokens * s.cfg.d_model,
+                  (double)s.sentences * s.cfg.heads * (double)len * len,
+                  (double)relcl_model_param_count(v[1].model)};
   for (int i = 0; i < nv; i++) { /* free device memory before the sweeps */
     relcl_model_destroy(v[i].model);
     v[i].model = NULL;
@@ -749,8 +809,8 @@ int main(int argc, char **argv) {
   if (!o.no_peaks) {
     bench_peaks pk = {0};
     if (bench_peaks_measure(ctx, o.quick, &pk)) goto done;
-    if (!o.json) print_limits(&pk, entries, n_entries, v[1].busy), fflush(stdout);
-    json_limits(out, &pk, entries, n_entries);
+    if (!o.json) print_limits(&pk, entries, n_entries, v[1].busy, &traf), fflush(stdout);
+    json_limits(out, &pk, entries, n_entries, &traf);
   }
   if (!o.no_scaling) {
     bench_scaling_opts so = {.n_min = 32,

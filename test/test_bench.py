@@ -81,6 +81,11 @@ def main():
               all(close(e["fraction_of_fma_peak"], e["gflop_per_s"] / lim["fma_gflop_per_s"], 1e-6)
                   for e in gemms),
               "per-shape GEMM rates and their fraction of the FMA peak (%d shapes)" % len(gemms))
+        rated = [e for e in ent if "gb_per_s_least_traffic" in e]
+        check({"attn_fwd_rows", "ln_fwd", "adam_update"} <= {e["name"] for e in rated} and
+              all(close(e["fraction_of_copy_peak"],
+                        e["gb_per_s_least_traffic"] / lim["copy_gb_per_s"], 1e-6) for e in rated),
+              "kernels rated against the copy bandwidth (%d kernels)" % len(rated))
         sc = out["scaling"]
         check([p["n"] for p in sc] == [32, 64], "scaling at n = 32, 64 with --quick")
         check(all(0 < p["extra_bytes_relative_k"] < p["naive_n_n_d_bytes"] for p in sc),
