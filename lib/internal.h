@@ -17,6 +17,8 @@ relcl_status relcl__fail(relcl_status status, const char *fmt, ...)
 /* Same for a failed OpenCL call: the message names the call and the cl_int. */
 relcl_status relcl__cl_fail(cl_int err, const char *what);
 const char *relcl__cl_error_name(cl_int err);
+/* The first statement of every public call returning relcl_status: a message outlives
+ * only the call that set it (relcl.h, relcl_last_error). */
 void relcl__clear_error(void);
 
 /* ---- scratch pool (pool.c) ---- */
