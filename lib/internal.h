@@ -86,6 +86,9 @@ relcl_status relcl__program_source_text(int i, char **out);
 /* Build (or load from the binary cache) family i for a device. */
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
                                   int i, bool use_cache, cl_program *out);
+/* Programs built from a cached binary (hits) and from source, counted over the process:
+ * for the tests (test_cache.c), which reach them through the static library. */
+void relcl__program_counts(unsigned long *hits, unsigned long *builds);
 /* The kernel `name` of `family` on ctx, created once and kept. */
 relcl_status relcl__kernel(relcl_context *ctx, const char *family, const char *name,
                            relcl__kernel_entry **out);
