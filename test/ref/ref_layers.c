@@ -21,7 +21,7 @@ static void *xcalloc(size_t n, size_t size) {
 
 /* ---- layer norm ---- */
 
-static void row_stats(int d, double eps, const float *x, double *mean, double *rstd) {
+static void row_stats(int d, double eps, const double *x, double *mean, double *rstd) {
   double mu = 0.0, var = 0.0;
   for (int c = 0; c < d; c++) mu += x[c];
   mu /= d;
@@ -31,10 +31,16 @@ static void row_stats(int d, double eps, const float *x, double *mean, double *r
   *rstd = 1.0 / sqrt(var + eps);
 }
 
-void ref_layernorm_forward(int rows, int d, double eps, const float *x, const float *gain,
-                           const float *bias, double *y, double *mean, double *rstd) {
+static double *to_double(const float *x, size_t n) {
+  double *y = xcalloc(n, sizeof *y);
+  for (size_t i = 0; i < n; i++) y[i] = x[i];
+  return y;
+}
+
+void ref_layernorm_forward_d(int rows, int d, double eps, const double *x, const double *gain,
+                             const double *bias, double *y, double *mean, double *rstd) {
   for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * d;
+    const double *xr = x + (size_t)r * d;
     double mu, rs;
     row_stats(d, eps, xr, &mu, &rs);
     for (int c = 0; c < d; c++) y[(size_t)r * d + c] = (xr[c] - mu) * rs * gain[c] + bias[c];
@@ -43,14 +49,23 @@ void ref_layernorm_forward(int rows, int d, double eps, const float *x, const fl
   }
 }
 
+void ref_layernorm_forward(int rows, int d, double eps, const float *x, const float *gain,
+                           const float *bias, double *y, double *mean, double *rstd) {
+  double *xd = to_double(x, (size_t)rows * d), *gd = to_double(gain, (size_t)d);
+  double *bd = to_double(bias, (size_t)d);
+  ref_layernorm_forward_d(rows, d, eps, xd, gd, bd, y, mean, rstd);
+  free(xd), free(gd), free(bd);
+}
+
 void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
                             const float *dy, double *dx, double *dgain, double *dbias) {
   for (int c = 0; c < d; c++) dgain[c] = dbias[c] = 0.0;
   double *xhat = xcalloc((size_t)d, sizeof *xhat);
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * d, *dyr = dy + (size_t)r * d;
-    double mu, rs;
-    row_stats(d, eps, xr, &mu, &rs);
+    double mu, rs, *xrd = to_double(xr, (size_t)d);
+    row_stats(d, eps, xrd, &mu, &rs);
+    free(xrd);
     for (int c = 0; c < d; c++) xhat[c] = (xr[c] - mu) * rs;
     /* y_i = gain_i xhat_i + bias_i, xhat_i = (x_i - mu) rs:
      * d xhat_i / d x_j = rs (delta_ij - 1/d) - xhat_i xhat_j rs / d */
@@ -128,14 +143,22 @@ void ref_dropout_forward(size_t n, float p, uint64_t seed, uint64_t stream, cons
 
 /* ---- linear ---- */
 
-void ref_linear_forward(int rows, int in, int out, const float *x, const float *W,
-                        const float *b, double *y) {
+void ref_linear_forward_d(int rows, int in, int out, const double *x, const double *W,
+                          const double *b, double *y) {
   for (int r = 0; r < rows; r++)
     for (int o = 0; o < out; o++) {
       double s = b ? b[o] : 0.0;
-      for (int i = 0; i < in; i++) s += (double)x[(size_t)r * in + i] * W[(size_t)o * in + i];
+      for (int i = 0; i < in; i++) s += x[(size_t)r * in + i] * W[(size_t)o * in + i];
       y[(size_t)r * out + o] = s;
     }
+}
+
+void ref_linear_forward(int rows, int in, int out, const float *x, const float *W,
+                        const float *b, double *y) {
+  double *xd = to_double(x, (size_t)rows * in), *Wd = to_double(W, (size_t)out * in);
+  double *bd = b ? to_double(b, (size_t)out) : NULL;
+  ref_linear_forward_d(rows, in, out, xd, Wd, bd, y);
+  free(xd), free(Wd), free(bd);
 }
 
 void ref_linear_backward(int rows, int in, int out, const float *x, const float *W,
@@ -176,11 +199,11 @@ double ref_sumsq(size_t n, const float *x) {
 
 /* ---- loss ---- */
 
-void ref_xent(int rows, int V, double eps, int ignore_id, const float *logits,
-              const int32_t *targets, double grad_scale, double *losses, double *dlogits) {
+void ref_xent_d(int rows, int V, double eps, int ignore_id, const double *logits,
+                const int32_t *targets, double grad_scale, double *losses, double *dlogits) {
   double *p = xcalloc((size_t)V, sizeof *p);
   for (int r = 0; r < rows; r++) {
-    const float *z = logits + (size_t)r * V;
+    const double *z = logits + (size_t)r * V;
     const int t = targets[r];
     double *g = dlogits ? dlogits + (size_t)r * V : NULL;
     if (t == ignore_id || t < 0 || t >= V) {
@@ -204,6 +227,13 @@ void ref_xent(int rows, int V, double eps, int ignore_id, const float *logits,
     losses[2 * r + 1] = -((z[t] - mx) - log(sum));
   }
   free(p);
+}
+
+void ref_xent(int rows, int V, double eps, int ignore_id, const float *logits,
+              const int32_t *targets, double grad_scale, double *losses, double *dlogits) {
+  double *zd = to_double(logits, (size_t)rows * V);
+  ref_xent_d(rows, V, eps, ignore_id, zd, targets, grad_scale, losses, dlogits);
+  free(zd);
 }
 
 void ref_argmax(int rows, int cols, const float *x, int ld, int32_t *out) {
