@@ -118,17 +118,7 @@ static batch_data random_pairs(int n, int vocab, int min_len, int max_len, uint6
   return b;
 }
 
-static relcl_model_config small_config(void) {
-  relcl_model_config c = *relcl_model_preset("tiny");
-  c.vocab = 11;
-  c.enc_layers = c.dec_layers = 1;
-  c.d_model = 8;
-  c.heads = 2;
-  c.d_ff = 16;
-  c.max_rel = 2;
-  c.max_length = 16;
-  return c;
-}
+static relcl_model_config small_config(void) { return tu_small_model_config(); }
 
 /* ---- 1. finite differences ---- */
 

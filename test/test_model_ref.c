@@ -46,14 +46,7 @@ static int32_t tgt_out[] = {6, 4, 6, RELCL_EOS_ID, 10, RELCL_EOS_ID, 0, 0};
 static int32_t src_lens[] = {5, 3}, tgt_lens[] = {4, 2};
 
 static relcl_model_config base_config(void) {
-  relcl_model_config c = *relcl_model_preset("tiny");
-  c.vocab = 11;
-  c.enc_layers = c.dec_layers = 1;
-  c.d_model = 8;
-  c.heads = 2;
-  c.d_ff = 16;
-  c.max_rel = 2;
-  c.max_length = 16;
+  relcl_model_config c = tu_small_model_config();
   c.label_smoothing = 0.1f;
   c.rel_per_head = c.rel_keys_only = c.pre_norm = 0;
   return c;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "relcl.h"
+#include "relcl_model.h"
 
 static int tu_passed, tu_failed;
 
@@ -95,6 +96,20 @@ static inline double tu_rel_err(const float *a, const double *b, size_t n, doubl
     if (fabs(b[i]) > den) den = fabs(b[i]);
   }
   return num / den;
+}
+
+/* The very small model of the whole-model tests (test_model.c, test_model_ref.c): vocab 11,
+ * d_model 8, 2 heads, d_ff 16, 1+1 layers, k = 2, otherwise the tiny preset. */
+static inline relcl_model_config tu_small_model_config(void) {
+  relcl_model_config c = *relcl_model_preset("tiny");
+  c.vocab = 11;
+  c.enc_layers = c.dec_layers = 1;
+  c.d_model = 8;
+  c.heads = 2;
+  c.d_ff = 16;
+  c.max_rel = 2;
+  c.max_length = 16;
+  return c;
 }
 
 static inline relcl_context *tu_context(void) {

@@ -10,15 +10,6 @@
 
 #include "ref.h"
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "ref_layers: out of memory\n");
-    abort();
-  }
-  return p;
-}
-
 /* ---- layer norm ---- */
 
 static void row_stats(int d, double eps, const double *x, double *mean, double *rstd) {
@@ -32,7 +23,7 @@ static void row_stats(int d, double eps, const double *x, double *mean, double *
 }
 
 static double *to_double(const float *x, size_t n) {
-  double *y = xcalloc(n, sizeof *y);
+  double *y = ref_xcalloc(n, sizeof *y);
   for (size_t i = 0; i < n; i++) y[i] = x[i];
   return y;
 }
@@ -60,7 +51,7 @@ void ref_layernorm_forward(int rows, int d, double eps, const float *x, const fl
 void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
                             const float *dy, double *dx, double *dgain, double *dbias) {
   for (int c = 0; c < d; c++) dgain[c] = dbias[c] = 0.0;
-  double *xhat = xcalloc((size_t)d, sizeof *xhat);
+  double *xhat = ref_xcalloc((size_t)d, sizeof *xhat);
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * d, *dyr = dy + (size_t)r * d;
     double mu, rs, *xrd = to_double(xr, (size_t)d);
@@ -201,7 +192,7 @@ double ref_sumsq(size_t n, const float *x) {
 
 void ref_xent_d(int rows, int V, double eps, int ignore_id, const double *logits,
                 const int32_t *targets, double grad_scale, double *losses, double *dlogits) {
-  double *p = xcalloc((size_t)V, sizeof *p);
+  double *p = ref_xcalloc((size_t)V, sizeof *p);
   for (int r = 0; r < rows; r++) {
     const double *z = logits + (size_t)r * V;
     const int t = targets[r];

@@ -16,15 +16,6 @@ enum { SITE_SELF_W = 1, SITE_SELF_R = 2, SITE_CROSS_W = 3, SITE_CROSS_R = 4, SIT
 static const double LN_EPS = 1e-5; /* relcl_model.h: every layer norm */
 static const int PAD = 0;
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "ref_model: out of memory\n");
-    abort();
-  }
-  return p;
-}
-
 /* ---- the parameter table ---- */
 
 static void add(ref_model *m, size_t *cap, const char *name, int ndim, size_t d0, size_t d1,
@@ -183,9 +174,9 @@ static void attention(const pass *p, const char *prefix, int nq, int nk, const d
   const relcl_model_config *c = &p->m->cfg;
   const int D = p->D;
   const size_t nqD = (size_t)p->B * nq * D, nkD = (size_t)p->B * nk * D;
-  double *q = xcalloc(nqD, sizeof *q), *k = xcalloc(nkD, sizeof *k), *v = xcalloc(nkD, sizeof *v);
-  double *qh = xcalloc(nqD, sizeof *qh), *kh = xcalloc(nkD, sizeof *kh);
-  double *vh = xcalloc(nkD, sizeof *vh), *z = xcalloc(nqD, sizeof *z), *zm = xcalloc(nqD, sizeof *zm);
+  double *q = ref_xcalloc(nqD, sizeof *q), *k = ref_xcalloc(nkD, sizeof *k), *v = ref_xcalloc(nkD, sizeof *v);
+  double *qh = ref_xcalloc(nqD, sizeof *qh), *kh = ref_xcalloc(nkD, sizeof *kh);
+  double *vh = ref_xcalloc(nkD, sizeof *vh), *z = ref_xcalloc(nqD, sizeof *z), *zm = ref_xcalloc(nqD, sizeof *zm);
   ref_linear_forward_d(p->B * nq, D, D, xq, par(p, prefix, "wq.weight"), par(p, prefix, "wq.bias"), q);
   ref_linear_forward_d(p->B * nk, D, D, xkv, par(p, prefix, "wk.weight"), par(p, prefix, "wk.bias"), k);
   ref_linear_forward_d(p->B * nk, D, D, xkv, par(p, prefix, "wv.weight"), par(p, prefix, "wv.bias"), v);
@@ -209,7 +200,7 @@ static void attention(const pass *p, const char *prefix, int nq, int nk, const d
 }
 
 static void ffn(const pass *p, const char *prefix, int rows, const double *x, double *out) {
-  double *h = xcalloc((size_t)rows * p->F, sizeof *h);
+  double *h = ref_xcalloc((size_t)rows * p->F, sizeof *h);
   ref_linear_forward_d(rows, p->D, p->F, x, par(p, prefix, "w1.weight"), par(p, prefix, "w1.bias"), h);
   for (size_t i = 0; i < (size_t)rows * p->F; i++) h[i] = h[i] > 0.0 ? h[i] : 0.0;
   ref_linear_forward_d(rows, p->F, p->D, h, par(p, prefix, "w2.weight"), par(p, prefix, "w2.bias"),
@@ -226,7 +217,7 @@ static void block(const pass *p, sub_kind kind, const char *sub, const char *nor
   const int n = decoder ? p->T : p->S, rows = p->B * n;
   const size_t N = (size_t)rows * p->D;
   const int relative = kind == SUB_SELF && (p->m->cfg.positions & RELCL_POS_RELATIVE);
-  double *u = xcalloc(N, sizeof *u), *a = xcalloc(N, sizeof *a);
+  double *u = ref_xcalloc(N, sizeof *u), *a = ref_xcalloc(N, sizeof *a);
   const double *in = x;
   if (p->m->cfg.pre_norm) {
     ref_layernorm_forward_d(rows, p->D, LN_EPS, x, par(p, norm, "weight"), par(p, norm, "bias"), u,
@@ -263,7 +254,7 @@ static void embed(const pass *p, const int32_t *ids, int n, int site, double *x)
 
 static void final_norm(const pass *p, const char *norm, int rows, double *x) {
   if (!p->m->cfg.pre_norm) return;
-  double *y = xcalloc((size_t)rows * p->D, sizeof *y);
+  double *y = ref_xcalloc((size_t)rows * p->D, sizeof *y);
   ref_layernorm_forward_d(rows, p->D, LN_EPS, x, par(p, norm, "weight"), par(p, norm, "bias"), y,
                           NULL, NULL);
   memcpy(x, y, (size_t)rows * p->D * sizeof *x);
@@ -275,11 +266,11 @@ double ref_model_loss(const ref_model *m, const double *params, const relcl_mode
   const relcl_model_config *c = &m->cfg;
   pass p = {m, params, b, drop, b->batch, b->src_len, b->tgt_len, c->d_model, c->heads,
             c->d_model / c->heads, c->d_ff, c->vocab, NULL, NULL};
-  p.src_lens = xcalloc((size_t)p.B, sizeof *p.src_lens);
-  p.tgt_lens = xcalloc((size_t)p.B, sizeof *p.tgt_lens);
+  p.src_lens = ref_xcalloc((size_t)p.B, sizeof *p.src_lens);
+  p.tgt_lens = ref_xcalloc((size_t)p.B, sizeof *p.tgt_lens);
   for (int i = 0; i < p.B; i++) p.src_lens[i] = b->src_lens[i], p.tgt_lens[i] = b->tgt_lens[i];
   const int Ns = p.B * p.S, Nt = p.B * p.T;
-  double *enc = xcalloc((size_t)Ns * p.D, sizeof *enc), *dec = xcalloc((size_t)Nt * p.D, sizeof *dec);
+  double *enc = ref_xcalloc((size_t)Ns * p.D, sizeof *enc), *dec = ref_xcalloc((size_t)Nt * p.D, sizeof *dec);
   char sub[64], norm[64];
 
   embed(&p, b->src, p.S, SITE_SRC_EMB, enc);
@@ -304,9 +295,9 @@ double ref_model_loss(const ref_model *m, const double *params, const relcl_mode
   final_norm(&p, "dec.norm", Nt, dec);
 
   /* tied output projection: logits = dec E^T (no bias) */
-  double *z = logits ? logits : xcalloc((size_t)Nt * p.V, sizeof *z);
+  double *z = logits ? logits : ref_xcalloc((size_t)Nt * p.V, sizeof *z);
   ref_linear_forward_d(Nt, p.D, p.V, dec, par(&p, "emb.weight", ""), NULL, z);
-  double *losses = xcalloc(2 * (size_t)Nt, sizeof *losses);
+  double *losses = ref_xcalloc(2 * (size_t)Nt, sizeof *losses);
   ref_xent_d(Nt, p.V, c->label_smoothing, PAD, z, b->tgt_out, 1.0, losses, NULL);
   double loss = 0.0, nl = 0.0;
   for (int r = 0; r < Nt; r++) loss += losses[2 * r], nl += losses[2 * r + 1];
