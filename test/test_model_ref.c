@@ -4,8 +4,11 @@
  * the logits, and EVERY parameter gradient, by name, for absolute, relative and both
  * positions, shared and per-head tables, keys only, post- and pre-norm, 1+1 and 2+2 layers,
  * with dropout off and on (the masks come from the same Philox counters on both sides).
- * The reference's gradient is the central difference of its double loss (ref_model.h: error
- * ~1e-9, negligible here).
+ * The reference's gradient is its own backward (the chain rule over its forward, in double),
+ * itself checked against central differences of its double loss, every entry: ref_model.h
+ * puts their error near 1e-9 for L ~ 16 and h = 1e-6, so |fd - g| <= 1e-7 max |g| (observed
+ * ~1e-9) leaves room for the truncation of large third derivatives and catches any wrong
+ * term of the backward.
  *
  * Model: vocab 11, d_model 8, 2 heads, d_ff 16, k = 2, label smoothing 0.1; batch 2 x (5, 4)
  * with padding on both sides; dropout 0.1 when on; L ~ 16 (a sum over 6 target tokens).
@@ -33,9 +36,10 @@
 #include "testutil.h"
 
 static const double LOSS_TOL = 1e-6, LOGIT_TOL = 2e-6, GRAD_TOL = 3e-5, GRAD_FLOOR = 1e-2;
+static const double REF_FD_TOL = 1e-7;
 
 typedef struct worst {
-  double loss, logits, grad;
+  double loss, logits, grad, ref_fd;
 } worst;
 static worst seen;
 
@@ -168,7 +172,20 @@ static void check_config(relcl_context *ctx, const char *name, relcl_model_confi
     const ref_tensor *r = ref_model_find(&rm, t.name);
     for (size_t j = 0; j < t.size; j++) gdev[r->offset + j] = grads[t.offset + j];
   }
-  ref_model_grad_fd(&rm, P, &b, &drop, gref);
+  /* the reference's own backward, and central differences of its forward as its check */
+  const double Lg = ref_model_grad(&rm, P, &b, &drop, gref);
+  double *gfd = calloc(rm.param_count, sizeof *gfd);
+  ref_model_grad_fd(&rm, P, &b, &drop, gfd);
+  double fd_max = 0.0, fd_err = 0.0;
+  for (size_t i = 0; i < rm.param_count; i++) {
+    fd_max = fmax(fd_max, fabs(gref[i]));
+    fd_err = fmax(fd_err, fabs(gfd[i] - gref[i]));
+  }
+  tu_check(Lg == Lt && fd_err <= REF_FD_TOL * fd_max,
+           "%-26s reference backward == its central differences: max err %.1e of %.2e", name,
+           fd_err, fd_max);
+  seen.ref_fd = fmax(seen.ref_fd, fd_err / fd_max);
+  free(gfd);
   const char *bad = NULL;
   compare_grads(&rm, gdev, gref, name, 0, &bad);
 
@@ -232,8 +249,9 @@ int main(int argc, char **argv) {
       first = 0;
     }
   printf("     worst relative errors: loss %.1e (tol %.0e), logits %.1e (tol %.0e), gradients "
-         "%.1e (tol %.0e)\n",
-         seen.loss, LOSS_TOL, seen.logits, LOGIT_TOL, seen.grad, GRAD_TOL);
+         "%.1e (tol %.0e); reference backward vs its differences %.1e (tol %.0e)\n",
+         seen.loss, LOSS_TOL, seen.logits, LOGIT_TOL, seen.grad, GRAD_TOL, seen.ref_fd,
+         REF_FD_TOL);
   relcl_context_destroy(ctx);
   return tu_finish();
 }

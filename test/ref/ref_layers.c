@@ -48,15 +48,14 @@ void ref_layernorm_forward(int rows, int d, double eps, const float *x, const fl
   free(xd), free(gd), free(bd);
 }
 
-void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
-                            const float *dy, double *dx, double *dgain, double *dbias) {
+void ref_layernorm_backward_d(int rows, int d, double eps, const double *x, const double *gain,
+                              const double *dy, double *dx, double *dgain, double *dbias) {
   for (int c = 0; c < d; c++) dgain[c] = dbias[c] = 0.0;
   double *xhat = ref_xcalloc((size_t)d, sizeof *xhat);
   for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * d, *dyr = dy + (size_t)r * d;
-    double mu, rs, *xrd = to_double(xr, (size_t)d);
-    row_stats(d, eps, xrd, &mu, &rs);
-    free(xrd);
+    const double *xr = x + (size_t)r * d, *dyr = dy + (size_t)r * d;
+    double mu, rs;
+    row_stats(d, eps, xr, &mu, &rs);
     for (int c = 0; c < d; c++) xhat[c] = (xr[c] - mu) * rs;
     /* y_i = gain_i xhat_i + bias_i, xhat_i = (x_i - mu) rs:
      * d xhat_i / d x_j = rs (delta_ij - 1/d) - xhat_i xhat_j rs / d */
@@ -74,6 +73,14 @@ void ref_layernorm_backward(int rows, int d, double eps, const float *x, const f
     }
   }
   free(xhat);
+}
+
+void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
+                            const float *dy, double *dx, double *dgain, double *dbias) {
+  double *xd = to_double(x, (size_t)rows * d), *gd = to_double(gain, (size_t)d);
+  double *dyd = to_double(dy, (size_t)rows * d);
+  ref_layernorm_backward_d(rows, d, eps, xd, gd, dyd, dx, dgain, dbias);
+  free(xd), free(gd), free(dyd);
 }
 
 /* ---- embedding ---- */
@@ -152,24 +159,32 @@ void ref_linear_forward(int rows, int in, int out, const float *x, const float *
   free(xd), free(Wd), free(bd);
 }
 
-void ref_linear_backward(int rows, int in, int out, const float *x, const float *W,
-                         const float *dy, double *dx, double *dW, double *db) {
+void ref_linear_backward_d(int rows, int in, int out, const double *x, const double *W,
+                           const double *dy, double *dx, double *dW, double *db) {
   for (int r = 0; r < rows; r++)
     for (int i = 0; i < in; i++) {
       double s = 0.0;
-      for (int o = 0; o < out; o++) s += (double)dy[(size_t)r * out + o] * W[(size_t)o * in + i];
+      for (int o = 0; o < out; o++) s += dy[(size_t)r * out + o] * W[(size_t)o * in + i];
       dx[(size_t)r * in + i] = s;
     }
   for (int o = 0; o < out; o++) {
     for (int i = 0; i < in; i++) {
       double s = 0.0;
-      for (int r = 0; r < rows; r++) s += (double)dy[(size_t)r * out + o] * x[(size_t)r * in + i];
+      for (int r = 0; r < rows; r++) s += dy[(size_t)r * out + o] * x[(size_t)r * in + i];
       dW[(size_t)o * in + i] = s;
     }
     double s = 0.0;
     for (int r = 0; r < rows; r++) s += dy[(size_t)r * out + o];
-    db[o] = s;
+    if (db) db[o] = s;
   }
+}
+
+void ref_linear_backward(int rows, int in, int out, const float *x, const float *W,
+                         const float *dy, double *dx, double *dW, double *db) {
+  double *xd = to_double(x, (size_t)rows * in), *Wd = to_double(W, (size_t)out * in);
+  double *dyd = to_double(dy, (size_t)rows * out);
+  ref_linear_backward_d(rows, in, out, xd, Wd, dyd, dx, dW, db);
+  free(xd), free(Wd), free(dyd);
 }
 
 /* ---- reductions ---- */

@@ -19,6 +19,8 @@ void ref_layernorm_forward_d(int rows, int d, double eps, const double *x, const
  * dgain, dbias (d) = the sums over rows (overwritten). */
 void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
                             const float *dy, double *dx, double *dgain, double *dbias);
+void ref_layernorm_backward_d(int rows, int d, double eps, const double *x, const double *gain,
+                              const double *dy, double *dx, double *dgain, double *dbias);
 
 /* out (n, d) = scale * table[ids]; ids outside 0..vocab-1 give zero rows */
 void ref_embedding_forward(int n, int d, int vocab, const int32_t *ids, const float *table,
@@ -49,6 +51,9 @@ void ref_linear_forward_d(int rows, int in, int out, const double *x, const doub
 /* dx = dy W, dW = dy^T x, db = sum_r dy (all overwritten) */
 void ref_linear_backward(int rows, int in, int out, const float *x, const float *W,
                          const float *dy, double *dx, double *dW, double *db);
+/* on double inputs; db may be NULL (no bias) */
+void ref_linear_backward_d(int rows, int in, int out, const double *x, const double *W,
+                           const double *dy, double *dx, double *dW, double *db);
 
 /* y (cols) = column sums of x (rows, cols; stride ld) */
 void ref_colsum(int rows, int cols, const float *x, int ld, double *y);

@@ -1,6 +1,7 @@
 /* ref_model.h: the whole Transformer of relcl_model.h as a slow, obvious double-precision CPU
  * model, built only from the test/ref ops (ref_attn_forward_d, ref_posenc_add,
- * ref_dropout4_keep, ref_layernorm_forward_d, ref_linear_forward_d, ref_xent_d) and written
+ * ref_dropout4_keep, ref_layernorm_forward_d, ref_linear_forward_d, ref_xent_d and their
+ * backwards) and written
  * from the papers' formulas (Vaswani et al. 2017; Shaw et al. 2018; pre-norm as Wang et al.
  * 2019), so that the device model can disagree with it. It uses relcl_model.h only for the
  * plain structs relcl_model_config and relcl_model_batch: no relcl call, no OpenCL.
@@ -62,7 +63,14 @@ typedef struct ref_dropout {
 double ref_model_loss(const ref_model *m, const double *params, const relcl_model_batch *batch,
                       const ref_dropout *drop, double *logits, double *nll);
 
-/* d loss / d params by central differences in double, every entry: grad (param_count).
+/* d loss / d params by the chain rule (the backward of every step above, with
+ * ref_attn_backward_d, ref_layernorm_backward_d and ref_linear_backward_d): grad
+ * (param_count) is overwritten; returns the loss. */
+double ref_model_grad(const ref_model *m, const double *params, const relcl_model_batch *batch,
+                      const ref_dropout *drop, double *grad);
+
+/* The same by central differences in double, every entry: grad (param_count), the check of
+ * ref_model_grad.
  * h = 1e-6 (|params| <= ~1): truncation h^2 L''' / 6 ~ 1e-12, rounding ~ 1e-16 L / h ~ 1e-9
  * for L ~ 16, far below a float model's own error. params is restored on return. */
 void ref_model_grad_fd(const ref_model *m, double *params, const relcl_model_batch *batch,
