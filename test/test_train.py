@@ -17,7 +17,6 @@ Prints one line per check and ends with "N passed, M failed".
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import struct
@@ -73,17 +72,32 @@ def same_tensors(a, b):
     return "" if not bad else "%d of %d tensors differ, e.g. %s" % (len(bad), len(ta), bad[0])
 
 
-def device_global_memory():
-    """Bytes of global memory of the largest OpenCL device, from relcl-info beside EXE."""
-    info = os.path.join(os.path.dirname(EXE), "relcl-info")
+def device_max_alloc():
+    """The largest CL_DEVICE_MAX_MEM_ALLOC_SIZE over every OpenCL device (ctypes over the ICD
+    loader, the device relcl-train picks is one of them), or 0 when it cannot be asked."""
+    import ctypes
+    import ctypes.util
     try:
-        out = subprocess.run([info], capture_output=True, text=True, timeout=300).stdout
+        cl = ctypes.CDLL(ctypes.util.find_library("OpenCL") or "libOpenCL.so.1")
     except OSError:
         return 0
-    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
     best = 0
-    for m in re.finditer(r"global memory ([0-9.]+) ([KMGT]iB)", out):
-        best = max(best, int(float(m.group(1)) * units[m.group(2)]))
+    n = ctypes.c_uint32()
+    if cl.clGetPlatformIDs(0, None, ctypes.byref(n)) != 0 or n.value == 0:
+        return 0
+    plats = (ctypes.c_void_p * n.value)()
+    cl.clGetPlatformIDs(n.value, plats, None)
+    all_types, max_alloc = ctypes.c_uint64(0xFFFFFFFF), ctypes.c_uint32(0x1010)
+    for p in plats:
+        nd = ctypes.c_uint32()
+        if cl.clGetDeviceIDs(ctypes.c_void_p(p), all_types, 0, None, ctypes.byref(nd)) != 0:
+            continue
+        devs = (ctypes.c_void_p * nd.value)()
+        cl.clGetDeviceIDs(ctypes.c_void_p(p), all_types, nd.value, devs, None)
+        for d in devs:
+            v = ctypes.c_uint64()
+            if cl.clGetDeviceInfo(ctypes.c_void_p(d), max_alloc, 8, ctypes.byref(v), None) == 0:
+                best = max(best, v.value)
     return best
 
 
@@ -373,20 +387,24 @@ def main():
     check(rc == 1 and one_line(err) and "nowhere" in err, "--translate without a model: one line", err)
 
     # ---- device out of memory: one clear line, on every device ----
-    # A model one of whose four arenas alone needs twice the global memory of the largest
-    # device relcl-info lists (d_model 1024, d_ff 976562: 16 GB per layer and arena, layers
-    # added until it is too large) cannot be created anywhere: whatever device relcl-train
-    # picks must refuse it with one line, exit 1.
-    gmem = device_global_memory()
-    d_ff = 10**9 // 1024  # the library refuses d_ff * d_model over 10^9
-    per_layer = 4 * (12 * 1024 * 1024 + 4 * 1024 * d_ff)  # bytes of one arena, enc + dec
-    layers = min(31, max(1, -(-2 * gmem // per_layer)))  # 31: the library's most layers
-    rc, out, err = run(common + ["--model-dir", "OOM", "--d-model", "1024", "--heads", "16",
+    # A 1+1-layer model (d_model 1024) whose parameter arena, one buffer, needs twice the
+    # largest single allocation any device allows (CL_DEVICE_MAX_MEM_ALLOC_SIZE), so every
+    # device must refuse it with one line, exit 1 (relcl_alloc refuses it before touching
+    # memory). The library holds at most 2^32 parameters (16 GB an arena): on a device that
+    # allocates 15.6 GB at once, the check is the refusal of a model over that limit instead.
+    max_alloc = device_max_alloc()
+    D, fixed = 1024, 12 * 1024 * 1024  # floats: d_ff-independent part of one arena (approx.)
+    target = min(2 * max_alloc // 4, int(3.9e9))  # floats of one arena
+    oom = max_alloc > 0 and 4 * target > max_alloc
+    d_ff = max(1, (target - fixed) // (4 * D)) if oom else 10**9 // D
+    layers = 1 if oom else 2  # 2 layers at the largest d_ff: over 2^32 parameters
+    rc, out, err = run(common + ["--model-dir", "OOM", "--d-model", str(D), "--heads", "16",
                                  "--d-ff", str(d_ff), "--layers", str(layers),
                                  "--max-steps", "1"])
-    check(gmem > 0 and rc == 1 and one_line(err) and "out of memory" in err,
-          "a model too large for the device (%d layers, %.0f GB an arena; largest device %.1f "
-          "GiB) -> exit 1, one line" % (layers, layers * per_layer / 1e9, gmem / 2**30),
+    want = "out of memory" if oom else "2^32"
+    check(rc == 1 and one_line(err) and want in err,
+          "a model too large for the device (d_ff %d, %d layers; largest allocation %.1f GiB) "
+          "-> exit 1, one line saying %r" % (d_ff, layers, max_alloc / 2**30, want),
           "rc=%d %s" % (rc, err))
 
     # ---- --keep, --max-time ----
