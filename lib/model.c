@@ -342,6 +342,10 @@ relcl_status relcl_model_create(relcl_context *ctx, const relcl_model_config *cf
                      m->param_count);
     goto fail;
   }
+  /* the device arenas first: a model too large for the device is refused before its
+   * initial values are written on the host (gigabytes, for such a model) */
+  for (int a = 0; a < 4; a++)
+    if ((st = relcl_alloc(ctx, m->param_count, &m->arena[a])) != RELCL_OK) goto fail;
   host = calloc(m->param_count, sizeof *host);
   if (host == NULL) {
     st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory (%zu parameters)",
@@ -350,8 +354,6 @@ relcl_status relcl_model_create(relcl_context *ctx, const relcl_model_config *cf
   }
   for (size_t i = 0; i < m->n_tensors; i++)
     init_tensor(m, &m->tensors[i], seed, host + m->tensors[i].offset);
-  for (int a = 0; a < 4; a++)
-    if ((st = relcl_alloc(ctx, m->param_count, &m->arena[a])) != RELCL_OK) goto fail;
   if ((st = relcl_write(ctx, relcl_buf_at(m->arena[RELCL_ARENA_PARAMS], 0), host,
                         m->param_count)) != RELCL_OK)
     goto fail;
