@@ -3,6 +3,9 @@
  * outside [0, 1). The message is the call's own: before each call a successful one
  * (relcl_finish) must leave relcl_last_error() empty, so "returns a message" cannot be
  * satisfied by an older one, and every call that succeeds must leave "" too. */
+#include <sys/resource.h>
+
+#include "internal.h"
 #include "relcl_layers.h"
 #include "relcl_model.h"
 #include "testutil.h"
@@ -139,6 +142,27 @@ int main(void) {
   expect(relcl_model_create(ctx, &mc, 1, &model), RELCL_OK,
          "model_create after a failed one: message cleared");
   relcl_model_destroy(model);
+  /* A model whose parameter arena is over the device's largest allocation is refused
+   * before its initial values are written on the host (they were, once: 15 GB of host
+   * memory and the kernel's OOM killer, for relcl-train's out-of-memory check). */
+  /* 1+1 layers of d_model 1024 hold ~12.6M + 4096 d_ff floats; a device that allocates
+   * 15.6 GB at once gets 2+2 layers at the largest d_ff instead: over the 2^32 parameters the
+   * library holds, refused as an invalid argument before any allocation */
+  const double arena = 1.5 * (double)ctx->max_alloc / 4; /* floats */
+  const int fits_limit = arena < 3.9e9;
+  mc.d_model = 1024, mc.heads = 16, mc.vocab = 16;
+  mc.enc_layers = mc.dec_layers = fits_limit ? 1 : 2;
+  mc.d_ff = fits_limit ? (int)fmax(1.0, (arena - 12.0 * 1024 * 1024) / (4.0 * 1024)) : 976562;
+  struct rusage r0, r1;
+  getrusage(RUSAGE_SELF, &r0);
+  relcl_status st = relcl_model_create(ctx, &mc, 1, &model);
+  getrusage(RUSAGE_SELF, &r1);
+  const long grew_mb = (r1.ru_maxrss - r0.ru_maxrss) / 1024;
+  tu_check(st == (fits_limit ? RELCL_ERR_OUT_OF_MEMORY : RELCL_ERR_INVALID_ARG) &&
+               model == NULL && grew_mb < 256,
+           "a model over the device's largest allocation (d_ff %d): %s, host memory grew %ld MB: "
+           "%s",
+           mc.d_ff, relcl_status_str(st), grew_mb, relcl_last_error());
   EXPECT(relcl_alloc(ctx, 0, &m), RELCL_ERR_INVALID_ARG, "alloc of zero elements again");
   expect(relcl_alloc(ctx, 4, &m), RELCL_OK, "alloc after a failed alloc: message cleared");
   if (m) clReleaseMemObject(m);
