@@ -56,20 +56,9 @@ static relcl_model_config base_config(void) {
   return c;
 }
 
-/* max |a - b| over n, relative to max(max |b|, floor) */
-static double rel_err(const double *a, const double *b, size_t n, double floor_) {
-  double num = 0.0, den = floor_;
-  for (size_t i = 0; i < n; i++) {
-    double e = fabs(a[i] - b[i]);
-    if (!(e <= num)) num = e;
-    if (fabs(b[i]) > den) den = fabs(b[i]);
-  }
-  return num / den;
-}
-
 /* The gradient comparison of every tensor; returns how many failed, and records the name of
  * the last that did in *bad. quiet: no check lines (the control pass). */
-static int compare_grads(const ref_model *rm, const double *gdev, const double *gref,
+static int compare_grads(const ref_model *rm, const float *gdev, const double *gref,
                          const char *name, int quiet, const char **bad) {
   double gmax = 0.0;
   for (size_t i = 0; i < rm->param_count; i++) gmax = fmax(gmax, fabs(gref[i]));
@@ -80,7 +69,7 @@ static int compare_grads(const ref_model *rm, const double *gdev, const double *
     const ref_tensor *t = &rm->tensors[ti];
     double tmax = 0.0;
     for (size_t i = 0; i < t->size; i++) tmax = fmax(tmax, fabs(gref[t->offset + i]));
-    const double e = rel_err(gdev + t->offset, gref + t->offset, t->size, floor_);
+    const double e = tu_rel_err(gdev + t->offset, gref + t->offset, t->size, floor_);
     const int ok = e <= GRAD_TOL;
     if (!ok) failed++, *bad = t->name;
     if (!quiet)
@@ -108,7 +97,8 @@ static void check_config(relcl_context *ctx, const char *name, relcl_model_confi
   const size_t n = relcl_model_param_count(m);
   float *params = tu_alloc_host(n), *grads = tu_alloc_host(n);
   TU_OK(relcl_model_arena_read(m, RELCL_ARENA_PARAMS, params));
-  double *P = calloc(rm.param_count, sizeof *P), *gdev = calloc(rm.param_count, sizeof *gdev);
+  double *P = calloc(rm.param_count, sizeof *P);
+  float *gdev = tu_alloc_host(rm.param_count);
   double *gref = calloc(rm.param_count, sizeof *gref);
   int table_ok = relcl_model_tensor_count(m) == rm.n_tensors;
   for (size_t i = 0; i < relcl_model_tensor_count(m); i++) {
@@ -135,21 +125,20 @@ static void check_config(relcl_context *ctx, const char *name, relcl_model_confi
   }
   float *zdev = tu_alloc_host((size_t)Nt * V);
   TU_OK(relcl_read(ctx, relcl_buf_at(m->work, m->lay.logits), zdev, (size_t)Nt * V));
-  double *zref = calloc((size_t)Nt * V, sizeof *zref), *zd = calloc((size_t)Nt * V, sizeof *zd);
+  double *zref = calloc((size_t)Nt * V, sizeof *zref);
   const ref_dropout off = {0.0f, 0, 0, 0};
   double nll_ref;
   const double Le = ref_model_loss(&rm, P, &b, &off, zref, &nll_ref);
-  for (size_t i = 0; i < (size_t)Nt * V; i++) zd[i] = zdev[i];
-  free(zdev);
   const double e_loss = fabs(st.loss_sum - Le) / Le, e_nll = fabs(st.nll_sum - nll_ref) / nll_ref;
-  const double e_logits = rel_err(zd, zref, (size_t)Nt * V, 1.0);
+  const double e_logits = tu_rel_err(zdev, zref, (size_t)Nt * V, 1.0);
+  free(zdev);
   tu_check(e_loss <= LOSS_TOL && e_nll <= LOSS_TOL,
            "%-26s eval loss %.6f vs %.6f (rel %.1e), nll rel %.1e", name, st.loss_sum, Le,
            e_loss, e_nll);
   tu_check(e_logits <= LOGIT_TOL, "%-26s logits (%d x %d) rel err %.1e", name, Nt, V, e_logits);
   seen.loss = fmax(seen.loss, fmax(e_loss, e_nll));
   seen.logits = fmax(seen.logits, e_logits);
-  free(zref), free(zd);
+  free(zref);
 
   /* training: loss and every gradient, with the config's dropout */
   const uint64_t seed = 1234, step = 5;
