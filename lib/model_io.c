@@ -33,8 +33,8 @@ typedef struct field {
 static const field fields[] = {
     {"vocab", F_INT, OFF(vocab), 5, 1 << 24},
     {"vocab-fnv1a64", F_HASH, 0, 0, 0},
-    {"enc-layers", F_INT, OFF(enc_layers), 1, 31},
-    {"dec-layers", F_INT, OFF(dec_layers), 1, 31},
+    {"enc-layers", F_INT, OFF(enc_layers), 1, RELCL_MODEL_MAX_LAYERS},
+    {"dec-layers", F_INT, OFF(dec_layers), 1, RELCL_MODEL_MAX_LAYERS},
     {"d-model", F_INT, OFF(d_model), 1, 65536},
     {"heads", F_INT, OFF(heads), 1, 1024},
     {"d-ff", F_INT, OFF(d_ff), 1, 1 << 20},
