@@ -214,6 +214,7 @@ static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
 relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
+  relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p;
   relcl_status st = make_plan(desc, &p);
@@ -274,6 +275,7 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
                                  relcl_buf dwV) {
+  relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p;
   relcl_status st = make_plan(desc, &p);

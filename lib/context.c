@@ -72,6 +72,7 @@ static bool parse_index_pair(const char *s, int *p, int *d) {
 }
 
 relcl_status relcl_device_find(const char *spec, int *platform_index, int *device_index) {
+  relcl__clear_error();
   device_list dl;
   relcl_status st = list_devices(&dl);
   if (st != RELCL_OK) return st;
@@ -134,6 +135,7 @@ static relcl_status lookup(const char *spec, cl_platform_id *platform, cl_device
 }
 
 relcl_status relcl_context_create(relcl_context **out, const char *device) {
+  relcl__clear_error();
   if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_context_create: out is NULL");
   *out = NULL;
   if (device == NULL) device = getenv("RELCL_DEVICE");
@@ -480,6 +482,7 @@ cl_device_id relcl_context_device(const relcl_context *ctx) { return ctx->device
 const char *relcl_context_device_name(const relcl_context *ctx) { return ctx->name; }
 
 relcl_status relcl_finish(relcl_context *ctx) {
+  relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_finish: ctx is NULL");
   cl_int err = clFinish(ctx->queue);
   if (err != CL_SUCCESS) return relcl__cl_fail(err, "clFinish");
@@ -488,6 +491,7 @@ relcl_status relcl_finish(relcl_context *ctx) {
 }
 
 relcl_status relcl_build_check(cl_platform_id platform, cl_device_id device) {
+  relcl__clear_error();
   cl_int err;
   cl_context cl = clCreateContext(
       (cl_context_properties[]){CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0}, 1,
@@ -577,6 +581,7 @@ relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what) {
 }
 
 relcl_status relcl_alloc(relcl_context *ctx, size_t n, cl_mem *out) {
+  relcl__clear_error();
   if (ctx == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_alloc: ctx or out is NULL");
   if (n == 0) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_alloc: zero elements");
@@ -592,6 +597,7 @@ relcl_status relcl_alloc(relcl_context *ctx, size_t n, cl_mem *out) {
 }
 
 relcl_status relcl_write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n) {
+  relcl__clear_error();
   if (ctx == NULL || (src == NULL && n > 0))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_write: ctx or src is NULL");
   relcl_status st = relcl__check_buf(dst, n, "relcl_write destination");
@@ -604,6 +610,7 @@ relcl_status relcl_write(relcl_context *ctx, relcl_buf dst, const void *src, siz
 }
 
 relcl_status relcl_read(relcl_context *ctx, relcl_buf src, void *dst, size_t n) {
+  relcl__clear_error();
   if (ctx == NULL || (dst == NULL && n > 0))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_read: ctx or dst is NULL");
   relcl_status st = relcl__check_buf(src, n, "relcl_read source");
@@ -632,6 +639,7 @@ relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t 
 }
 
 relcl_status relcl_fill(relcl_context *ctx, relcl_buf dst, float value, size_t n) {
+  relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_fill: ctx is NULL");
   relcl_status st = relcl__check_buf(dst, n, "relcl_fill destination");
   return st == RELCL_OK ? relcl__fill(ctx, dst, value, n) : st;

@@ -17,6 +17,8 @@ relcl_status relcl__fail(relcl_status status, const char *fmt, ...)
 /* Same for a failed OpenCL call: the message names the call and the cl_int. */
 relcl_status relcl__cl_fail(cl_int err, const char *what);
 const char *relcl__cl_error_name(cl_int err);
+/* The first statement of every public call returning relcl_status: a message outlives
+ * only the call that set it (relcl.h, relcl_last_error). */
 void relcl__clear_error(void);
 
 /* ---- scratch pool (pool.c) ---- */
@@ -125,6 +127,9 @@ relcl_status relcl__program_source_text(int i, char **out);
 /* Build (or load from the binary cache) family i for a device. */
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
                                   int i, bool use_cache, cl_program *out);
+/* Programs built from a cached binary (hits) and from source, counted over the process:
+ * for the tests (test_cache.c), which reach them through the static library. */
+void relcl__program_counts(unsigned long *hits, unsigned long *builds);
 /* The kernel `name` of `family` on ctx, created once and kept. */
 relcl_status relcl__kernel(relcl_context *ctx, const char *family, const char *name,
                            relcl__kernel_entry **out);
