@@ -116,6 +116,7 @@ relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float
 relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
                                      relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
                                      relcl_buf mean, relcl_buf rstd) {
+  relcl__clear_error();
   static const char op[] = "layernorm forward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -185,6 +186,7 @@ relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl
                                       relcl_buf gain, relcl_buf mean, relcl_buf rstd,
                                       relcl_buf dy, relcl_buf dx, int accumulate,
                                       relcl_buf dgain, relcl_buf dbias) {
+  relcl__clear_error();
   static const char op[] = "layernorm backward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -225,6 +227,7 @@ relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int voca
 relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab,
                                      relcl_buf ids, relcl_buf table, float scale,
                                      relcl_buf out) {
+  relcl__clear_error();
   static const char op[] = "embedding forward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "n", n);
@@ -239,6 +242,7 @@ relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab
 
 relcl_status relcl_embedding_index(const int32_t *ids, int n, int vocab, int32_t *tokens,
                                    int32_t *offsets, int32_t *positions, int *n_tokens) {
+  relcl__clear_error();
   static const char op[] = "embedding index";
   if (ids == NULL || tokens == NULL || offsets == NULL || positions == NULL ||
       n_tokens == NULL)
@@ -292,6 +296,7 @@ relcl_status relcl_embedding_backward(relcl_context *ctx, int n_tokens, int d, i
                                       relcl_buf tokens, relcl_buf offsets,
                                       relcl_buf positions, relcl_buf dout, float scale,
                                       relcl_buf dtable) {
+  relcl__clear_error();
   static const char op[] = "embedding backward";
   if (ctx == NULL) return no_ctx(op);
   if (n_tokens == 0) return RELCL_OK;
@@ -357,6 +362,7 @@ relcl_status relcl__dropout_forward(relcl_context *ctx, size_t n, float p, uint6
 relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                    uint64_t stream, relcl_buf x, relcl_buf residual,
                                    relcl_buf y) {
+  relcl__clear_error();
   relcl_status st = dropout_check(ctx, "dropout forward", n, p, x, residual, y);
   return st == RELCL_OK ? relcl__dropout_forward(ctx, n, p, seed, stream, x, residual, y) : st;
 }
@@ -371,6 +377,7 @@ relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint
 relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                     uint64_t stream, relcl_buf dy, relcl_buf dx,
                                     int accumulate) {
+  relcl__clear_error();
   relcl_status st = dropout_check(ctx, "dropout backward", n, p, dy, RELCL_BUF_NONE, dx);
   return st == RELCL_OK ? relcl__dropout_backward(ctx, n, p, seed, stream, dy, dx, accumulate)
                         : st;
@@ -399,6 +406,7 @@ relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out
 
 relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                   relcl_buf W, relcl_buf b, relcl_buf y) {
+  relcl__clear_error();
   static const char op[] = "linear forward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -430,6 +438,7 @@ relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int ou
 relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                    relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                    relcl_buf dW, relcl_buf db) {
+  relcl__clear_error();
   static const char op[] = "linear backward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -476,6 +485,7 @@ relcl_status relcl__relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relc
 }
 
 relcl_status relcl_relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y) {
+  relcl__clear_error();
   const relcl_buf bufs[] = {x, y};
   static const char *const names[] = {"x", "y"};
   relcl_status st = elementwise_check(ctx, "relu forward", n, 2, bufs, names);
@@ -490,6 +500,7 @@ relcl_status relcl__relu_backward(relcl_context *ctx, size_t n, relcl_buf y, rel
 
 relcl_status relcl_relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
                                  relcl_buf dx) {
+  relcl__clear_error();
   const relcl_buf bufs[] = {y, dy, dx};
   static const char *const names[] = {"y", "dy", "dx"};
   relcl_status st = elementwise_check(ctx, "relu backward", n, 3, bufs, names);
@@ -504,6 +515,7 @@ relcl_status relcl__residual_add(relcl_context *ctx, size_t n, relcl_buf a, relc
 
 relcl_status relcl_residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
                                 relcl_buf y) {
+  relcl__clear_error();
   const relcl_buf bufs[] = {a, b, y};
   static const char *const names[] = {"a", "b", "y"};
   relcl_status st = elementwise_check(ctx, "residual add", n, 3, bufs, names);
@@ -527,6 +539,7 @@ relcl_status relcl__vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_b
 
 relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
                              relcl_buf y) {
+  relcl__clear_error();
   static const char op[] = "axpby";
   if (ctx == NULL) return no_ctx(op);
   if (n == 0) return RELCL_OK;
@@ -580,6 +593,7 @@ relcl_status relcl__heads_split(relcl_context *ctx, int batch, int n, int heads,
 
 relcl_status relcl_heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, int ld, relcl_buf y) {
+  relcl__clear_error();
   relcl_status st = heads_check(ctx, "heads split", batch, n, heads, head_dim, x, y, ld, true);
   return st == RELCL_OK ? relcl__heads_split(ctx, batch, n, heads, head_dim, x, ld, y) : st;
 }
@@ -591,6 +605,7 @@ relcl_status relcl__heads_merge(relcl_context *ctx, int batch, int n, int heads,
 
 relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, relcl_buf y, int ld) {
+  relcl__clear_error();
   relcl_status st = heads_check(ctx, "heads merge", batch, n, heads, head_dim, x, y, ld, false);
   return st == RELCL_OK ? relcl__heads_merge(ctx, batch, n, heads, head_dim, x, y, ld) : st;
 }
@@ -624,6 +639,7 @@ done:
 
 relcl_status relcl_colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
                           relcl_buf y, int accumulate) {
+  relcl__clear_error();
   static const char op[] = "colsum";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -663,6 +679,7 @@ relcl_status relcl__sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf o
 }
 
 relcl_status relcl_sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
+  relcl__clear_error();
   static const char op[] = "sumsq";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "n", (long long)n);
@@ -699,6 +716,7 @@ relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, fl
                                          int ignore_id, relcl_buf logits, relcl_buf targets,
                                          float grad_scale, relcl_buf dlogits,
                                          relcl_buf losses) {
+  relcl__clear_error();
   static const char op[] = "cross-entropy";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -729,6 +747,7 @@ relcl_status relcl__argmax_rows(relcl_context *ctx, int rows, int cols, relcl_bu
 
 relcl_status relcl_argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
                                relcl_buf out) {
+  relcl__clear_error();
   static const char op[] = "argmax";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -780,6 +799,7 @@ relcl_status relcl__adam_update(relcl_context *ctx, size_t n, const relcl_adam_a
 relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
                                relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
                                relcl_buf sumsq) {
+  relcl__clear_error();
   static const char op[] = "adam";
   if (ctx == NULL) return no_ctx(op);
   if (args == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: args is NULL", op);

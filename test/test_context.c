@@ -96,6 +96,11 @@ int main(void) {
                relcl_context_device(own) == dev,
            "the context reports the caller's cl_context, queue and device");
   TU_OK(attend(own, zown));
+  /* profiling cannot swap the caller's queue for one of its own */
+  st = relcl_profile_enable(own, 1);
+  tu_check(st == RELCL_ERR_INVALID_ARG && relcl_context_queue(own) == queue,
+           "relcl_profile_enable on a caller's queue without profiling is refused, the queue "
+           "kept: %s", relcl_last_error());
   tu_check(memcmp(zown, zref, sizeof zref) == 0,
            "attention on the caller's queue gives the bits of relcl's own context");
 
