@@ -58,7 +58,7 @@ static void usage(FILE *f) {
           "writes the best parameters as a relcl tuning file. Default output: the cache\n"
           "directory's tuning/ folder ($RELCL_CACHE_DIR, else $XDG_CACHE_HOME/relcl or\n"
           "~/.cache/relcl), where every relcl context on this device finds it.\n"
-          "  --budget S     wall-clock time for the whole search (default 900; --quick: 180)\n"
+          "  --budget S     wall-clock time for the whole search (default 900; --quick: 240)\n"
           "  --quick        fewer shapes and one timing run per configuration\n"
           "  --*-shapes     comma-separated MxNxK products (Xgemm: multiples of 128)\n"
           "  --if-needed    do nothing when tuning measured on this device already applies\n"
@@ -164,8 +164,18 @@ static void take_line(char *line, int shape_index, char names[][16], int *n_name
 
 /* Runs one CLBlast tuner in dir until it ends or `seconds` pass (then it is stopped: the
  * budget, not a failure), reading its results into out. Returns 0 when it ended by itself or
- * was stopped, else its exit status (or 128 + signal), with the last line of its standard
- * error in last_err. */
+ * was stopped, else its exit status (or SIGNALED + the signal that killed it), with the last
+ * line of its standard error in last_err. */
+#define SIGNALED 1000
+
+/* One line for a tuner that failed. */
+static void report_failure(const char *tuner, const char *m, const char *n, const char *k,
+                           int rc, const char *err) {
+  fprintf(stderr, PROG ": %s at %sx%sx%s failed (%s %d): %s\n", tuner, m, n, k,
+          rc >= SIGNALED ? "killed by signal" : "exit status",
+          rc >= SIGNALED ? rc - SIGNALED : rc, err[0] ? err : "no message");
+}
+
 static int run_tuner(const char *dir, const char *const *argv, double seconds, int shape_index,
                      results *out, char *last_err, size_t last_err_size) {
   char errlog[4200];
@@ -234,7 +244,7 @@ static int run_tuner(const char *dir, const char *const *argv, double seconds, i
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (stopped) return 0;
-  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : SIGNALED + WTERMSIG(status);
   if (rc != 0) {
     FILE *f = fopen(errlog, "r");
     char line[512];
@@ -314,10 +324,11 @@ static void write_clblast_json(const char *dir, const char *family, const result
   snprintf(path, sizeof path, "%s/clblast_%s_1_32.json", dir, family);
   FILE *f = fopen(path, "w");
   if (!f) return;
+  /* its reader splits each line at '"' and wants three parts: hence the trailing commas */
   fprintf(f, "{\n  \"kernel_family\": \"%s_1\",\n  \"precision\": \"32\",\n", family);
   fprintf(f, "  \"best_parameters\": \"");
   for (int i = 0; i < r->n; i++) fprintf(f, "%s=%ld ", r->names[i], r->values[i]);
-  fprintf(f, "PRECISION=32\"\n}\n");
+  fprintf(f, "PRECISION=32\",\n  \"made_by\": \"relcl-tune\"\n}\n");
   fclose(f);
 }
 
@@ -427,7 +438,7 @@ int main(int argc, char **argv) {
     }
     *slot = argv[++i];
   }
-  double budget = quick ? 180 : 900;
+  double budget = quick ? 240 : 900;
   if (budget_arg) {
     char *end;
     budget = strtod(budget_arg, &end);
@@ -524,7 +535,7 @@ int main(int argc, char **argv) {
   const char *kernel[2] = {"Xgemm", "XgemmDirect"};
   const shape *shapes[2] = {xs, ds};
   int n_shapes[2] = {nx, nd};
-  double share[2] = {0.45, 0.25}; /* of the budget; the routine tuner gets the rest */
+  double share[2] = {0.35, 0.15}; /* of the budget; the routine tuner gets the rest */
   const result *best[2] = {NULL, NULL};
   cJSON *kernels = cJSON_CreateObject(), *measured = cJSON_CreateObject();
   if (!found[0].r || !found[1].r) {
@@ -555,9 +566,7 @@ int main(int argc, char **argv) {
       printf(" %d configurations timed (%.0f s)\n", found[t].n - before, now() - t0);
       if (rc != 0) {
         failures++;
-        fprintf(stderr, PROG ": %s at %sx%sx%s failed (%s %d): %s\n", tuner[t], m, n, k,
-                rc > 128 ? "signal" : "exit status", rc > 128 ? rc - 128 : rc,
-                err[0] ? err : "no message");
+        report_failure(tuner[t], m, n, k, rc, err);
       }
     }
     double score;
@@ -599,9 +608,11 @@ int main(int argc, char **argv) {
     const char *args[] = {"clblast_tuner_routine_xgemm", "-platform", pl, "-device", dv,
                           "-precision", "32", "-m", m, "-n", n, "-k", k, "-runs",
                           quick ? "2" : "4", NULL};
-    double left = budget - (now() - t_start);
-    double seconds = left / (nr - s);
-    if (seconds < 5) seconds = 5;
+    /* the first call compiles CLBlast's programs with the tuned parameters (most of its
+     * time on a CPU; later calls find them in the OpenCL compiler's cache): each call may
+     * take what is left */
+    double seconds = budget - (now() - t_start);
+    if (seconds < 5) break;
     double t0 = now();
     char err[512];
     results none = {NULL, 0};
@@ -624,11 +635,12 @@ int main(int argc, char **argv) {
     }
     if (rc != 0) {
       failures++;
-      fprintf(stderr, PROG ": clblast_tuner_routine_xgemm at %sx%sx%s failed (%s %d): %s\n", m,
-              n, k, rc > 128 ? "signal" : "exit status", rc > 128 ? rc - 128 : rc,
-              err[0] ? err : "no message");
+      report_failure("clblast_tuner_routine_xgemm", m, n, k, rc, err);
     }
   }
+  if (timed == 0)
+    printf("  the switch between the direct and indirect kernels was not measured within the "
+           "budget: CLBlast's default applies (give a larger --budget to measure it)\n");
   if (timed > 0) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddNumberToObject(r, "XGEMM_MIN_INDIRECT_SIZE", (double)best_switch(rs, ind, dir, nr));
