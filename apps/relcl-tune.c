@@ -477,6 +477,9 @@ int main(int argc, char **argv) {
     relcl_context_destroy(ctx);
     return 0;
   }
+  if (if_needed)
+    printf("no CLBlast tuning measured on %s yet (now: %s): measuring one, once for this "
+           "device\n", relcl_context_device_name(ctx), relcl_context_tuning(ctx));
   cl_device_id dev = relcl_context_device(ctx);
   cl_platform_id plat = NULL;
   char name[256] = "", driver[256] = "", pname[256] = "", pversion[512] = "";
