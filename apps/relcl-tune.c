@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -411,32 +412,46 @@ static void remove_dir(const char *dir) {
 }
 
 int main(int argc, char **argv) {
+  static const struct option long_opts[] = {
+      {"device", required_argument, NULL, 'd'},
+      {"output", required_argument, NULL, 'o'},
+      {"budget", required_argument, NULL, 'b'},
+      {"xgemm-shapes", required_argument, NULL, 'x'},
+      {"direct-shapes", required_argument, NULL, 'D'},
+      {"routine-shapes", required_argument, NULL, 'r'},
+      {"quick", no_argument, NULL, 'q'},
+      {"if-needed", no_argument, NULL, 'i'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
   const char *device = getenv("RELCL_DEVICE"), *output = NULL, *budget_arg = NULL;
   const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
   bool quick = false, if_needed = false;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+  int c;
+  opterr = 0; /* our own one-line messages */
+  while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    /* getopt_long has just stepped past the option it returns */
+    if (c == '?' || c == ':') {
+      fprintf(stderr, PROG ": %s '%s' (try --help)\n",
+              c == ':' ? "missing value for" : "unknown argument", argv[optind - 1]);
+      return 2;
+    }
+    if (c == 'h') {
       usage(stdout);
       return 0;
     }
-    if (!strcmp(a, "--quick") || !strcmp(a, "--if-needed")) {
-      *(a[2] == 'q' ? &quick : &if_needed) = true;
-      continue;
-    }
-    const char **slot = !strcmp(a, "--device")           ? &device
-                        : !strcmp(a, "--output")         ? &output
-                        : !strcmp(a, "--budget")         ? &budget_arg
-                        : !strcmp(a, "--xgemm-shapes")   ? &xgemm_arg
-                        : !strcmp(a, "--direct-shapes")  ? &direct_arg
-                        : !strcmp(a, "--routine-shapes") ? &routine_arg
-                                                         : NULL;
-    if (!slot || i + 1 >= argc) {
-      fprintf(stderr, PROG ": %s '%s' (try --help)\n",
-              slot ? "missing value for" : "unknown argument", a);
-      return 2;
-    }
-    *slot = argv[++i];
+    if (c == 'd') device = optarg;
+    if (c == 'o') output = optarg;
+    if (c == 'b') budget_arg = optarg;
+    if (c == 'x') xgemm_arg = optarg;
+    if (c == 'D') direct_arg = optarg;
+    if (c == 'r') routine_arg = optarg;
+    if (c == 'q') quick = true;
+    if (c == 'i') if_needed = true;
+  }
+  if (optind < argc) {
+    fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
+    return 2;
   }
   double budget = quick ? 240 : 900;
   if (budget_arg) {
