@@ -36,17 +36,18 @@ typedef struct {
 } shape;
 
 /* Default shapes: a training step of relcl's presets (tokens x d_model x d_model for the
- * attention projections, tokens x d_ff x d_model for the feed-forward layer), rounded to the
- * multiples of 128 CLBlast's Xgemm tuner needs; decoding's products (a beam of rows times
- * d_model, over a source of up to 512 positions) for the direct kernel; all of them for the
- * choice between the direct and the indirect kernel. */
-static const char *const default_xgemm = "2048x256x256,2048x1024x256";
+ * attention projections, tokens x d_ff x d_model for the feed-forward layer; the tiny preset
+ * that demo.sh trains, d_model 128, then d_model 256), rounded to the multiples of 128
+ * CLBlast's Xgemm tuner needs; decoding's products (a beam of rows times d_model, over a
+ * source of up to 512 positions) for the direct kernel; all of them for the choice between
+ * the direct and the indirect kernel. --quick: the tiny preset's. */
+static const char *const default_xgemm = "2048x128x128,2048x512x128,2048x256x256,2048x1024x256";
 static const char *const default_direct = "128x128x512,128x256x256";
 static const char *const default_routine =
-    "128x128x512,128x256x256,512x512x128,2048x256x256,2048x1024x256";
-static const char *const quick_xgemm = "1024x256x256";
+    "128x128x512,2048x128x128,2048x512x128,128x256x256,2048x256x256,2048x1024x256";
+static const char *const quick_xgemm = "2048x128x128,2048x512x128";
 static const char *const quick_direct = "128x128x512";
-static const char *const quick_routine = "128x128x512,512x512x128,1024x256x256";
+static const char *const quick_routine = "128x128x512,2048x128x128,2048x512x128";
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -63,8 +64,10 @@ static void usage(FILE *f) {
           "  --quick        fewer shapes and one timing run per configuration\n"
           "  --*-shapes     comma-separated MxNxK products (Xgemm: multiples of 128)\n"
           "  --if-needed    do nothing when tuning measured on this device already applies\n"
-          "Defaults: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n",
-          default_xgemm, default_direct, default_routine);
+          "Defaults: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n"
+          "With --quick: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n",
+          default_xgemm, default_direct, default_routine, quick_xgemm, quick_direct,
+          quick_routine);
 }
 
 static double now(void) {
