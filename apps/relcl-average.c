@@ -24,8 +24,10 @@ static void usage(FILE *out) {
           "usage: " PROG " --output OUT.safetensors CK1 CK2 ...\n"
           "       " PROG " --model-dir DIR --last N [--output OUT.safetensors]\n"
           "Averages the parameters of checkpoints made with the same configuration and\n"
-          "vocabulary (the metadata of the last one is kept, plus relcl.average_of).\n\n"
-          "  --output FILE     the averaged checkpoint (with --model-dir: default\n"
+          "vocabulary (the metadata of the last one is kept, plus relcl.average_of and\n"
+          "relcl.averaged_from; relcl-train --resume refuses such a checkpoint).\n\n"
+          "  --output FILE     the averaged checkpoint, neither an input nor a ckpt-* name\n"
+          "                    (with --model-dir: default\n"
           "                    DIR/average.safetensors; translate it with\n"
           "                    relcl-translate --model DIR --checkpoint average.safetensors)\n"
           "  --model-dir DIR   a relcl-train model directory ...\n"
@@ -77,6 +79,27 @@ static char *read_all(const char *path, size_t *size) {
   }
   *size = n;
   return buf;
+}
+
+/* Returns 0, or 2 after a message when output is one of the inputs (the same file under any
+ * name: ./x, a hard or symbolic link) or a ckpt-* name: relcl-train --resume and --keep take
+ * every ckpt-* file for one of their own checkpoints. */
+static int check_output(const char *output, const char *const *inputs, size_t n) {
+  const char *slash = strrchr(output, '/'), *base = slash ? slash + 1 : output;
+  if (strncmp(base, "ckpt-", 5) == 0) {
+    fprintf(stderr, PROG ": --output %s: ckpt-* names are relcl-train's own checkpoints; "
+            "choose another name (e.g. average.safetensors) (try --help)\n", output);
+    return 2;
+  }
+  struct stat out, in;
+  if (stat(output, &out) != 0) return 0; /* a new file */
+  for (size_t i = 0; i < n; i++)
+    if (stat(inputs[i], &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
+      fprintf(stderr, PROG ": --output %s is the input %s: averaging would replace one of "
+              "its own checkpoints (try --help)\n", output, inputs[i]);
+      return 2;
+    }
+  return 0;
 }
 
 /* Copy the vocabulary file from src_dir to dst_dir unless the same bytes are there already.
@@ -189,6 +212,7 @@ int main(int argc, char **argv) {
     rc = usage_error("%s", "--output and at least one checkpoint are required");
     goto done;
   }
+  if ((rc = check_output(output, inputs, n_in)) != 0) goto done;
   rc = 1;
   /* the configurations first, one file at a time: the first difference, named */
   relcl_model_config first_cfg, cfg;

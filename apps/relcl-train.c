@@ -1089,6 +1089,13 @@ static int run_main(run *r, int argc, char **argv) {
       free(skipped);
     }
     if (st != RELCL_OK) return errorf(r, "cannot resume: %s", relcl_last_error()), 1;
+    if (relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_AVERAGE_KEY)) { /* no optimizer state */
+      errorf(r, "cannot resume from %s: it is an average of %s checkpoints (relcl-average); "
+             "move it out of %s", relcl_checkpoint_path(ck),
+             relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_AVERAGE_KEY), r->dir);
+      relcl_checkpoint_close(ck);
+      return 1;
+    }
     printf("resuming from %s\n", relcl_checkpoint_path(ck));
   } else if (r->cfg.resume) {
     printf("%s: no checkpoint yet; starting from step 0\n", r->dir);

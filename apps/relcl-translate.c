@@ -213,15 +213,22 @@ typedef struct reader {
   size_t cap;
   size_t line_no;
   size_t bad_utf8;
+  int err_no; /* errno of a failed read */
 } reader;
 
 /* The next line (without its '\n' and one '\r' before it), or NULL at the end; *err set on a
  * read error or out of memory. */
 static char *read_line(reader *r, bool *err) {
   *err = false;
+  errno = 0;
   ssize_t n = getline(&r->buf, &r->cap, r->in);
   if (n < 0) {
-    *err = ferror(r->in) != 0;
+    /* Only feof means the end: glibc's getline returns -1 for ENOMEM (and EOVERFLOW) without
+     * setting the error flag, and taking that for the end would drop the rest silently. */
+    if (ferror(r->in) || !feof(r->in)) {
+      *err = true;
+      r->err_no = errno ? errno : EIO;
+    }
     return NULL;
   }
   size_t len = (size_t)n;
@@ -235,7 +242,10 @@ static char *read_line(reader *r, bool *err) {
   r->line_no++;
   bool bad;
   char *line = sanitize(s, len, &bad);
-  if (line == NULL) *err = true;
+  if (line == NULL) {
+    *err = true;
+    r->err_no = ENOMEM;
+  }
   r->bad_utf8 += bad;
   return line;
 }
@@ -259,7 +269,7 @@ int main(int argc, char **argv) {
   tm_files files;
   relcl_context *ctx = NULL;
   relcl_model *model = NULL;
-  reader rd = {NULL, NULL, 0, 0, 0};
+  reader rd = {NULL, NULL, 0, 0, 0, 0};
   FILE *out = stdout;
   char **lines = NULL, **res = NULL;
   double *scores = NULL;
@@ -327,8 +337,8 @@ int main(int argc, char **argv) {
     bool rerr = false;
     while (n < chunk && (lines[n] = read_line(&rd, &rerr)) != NULL) n++;
     if (rerr) {
-      fprintf(stderr, PROG ": reading %s: %s\n", o.input ? o.input : "standard input",
-              errno ? strerror(errno) : "read error");
+      fprintf(stderr, PROG ": reading %s after line %zu: %s\n",
+              o.input ? o.input : "standard input", rd.line_no, strerror(rd.err_no));
       goto done;
     }
     if (n == 0) break;

@@ -50,9 +50,9 @@ static const opt options[] = {
     {"vocab-size", T_INT, OFF(vocab_size), 5, 1000000, 0, NULL, "N", "vocabulary size of a SentencePiece model trained here [8000]", NULL},
 
     {"preset", T_CHOICE, OFF(preset), 0, 0, 0, "tiny|base|big", "NAME", "model sizes to start from; the flags below override them [base]", "model"},
-    {"layers", T_LAYERS, 0, 1, 1000, 0, NULL, "N", "encoder and decoder layers", NULL},
-    {"enc-layers", T_INT, OFF(enc_layers), 1, 1000, 0, NULL, "N", "encoder layers", NULL},
-    {"dec-layers", T_INT, OFF(dec_layers), 1, 1000, 0, NULL, "N", "decoder layers", NULL},
+    {"layers", T_LAYERS, 0, 1, RELCL_MODEL_MAX_LAYERS, 0, NULL, "N", "encoder and decoder layers", NULL},
+    {"enc-layers", T_INT, OFF(enc_layers), 1, RELCL_MODEL_MAX_LAYERS, 0, NULL, "N", "encoder layers", NULL},
+    {"dec-layers", T_INT, OFF(dec_layers), 1, RELCL_MODEL_MAX_LAYERS, 0, NULL, "N", "decoder layers", NULL},
     {"d-model", T_INT, OFF(d_model), 1, 65536, 0, NULL, "N", "model width", NULL},
     {"heads", T_INT, OFF(heads), 1, 1024, 0, NULL, "N", "attention heads (must divide --d-model)", NULL},
     {"d-ff", T_INT, OFF(d_ff), 1, 1 << 20, 0, NULL, "N", "feed-forward width", NULL},
@@ -311,6 +311,10 @@ static void free_settings(settings *s) {
 
 /* ---- config files ---- */
 
+/* A flat mapping of a few dozen options is a few kB; the limit makes /dev/zero or a wrong
+ * path a clear error rather than an allocation failure. */
+#define MAX_CONFIG_BYTES ((size_t)1 << 20)
+
 static char *read_file(const char *path, size_t *len, char *err, size_t errsize) {
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -320,6 +324,13 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errsize)
   size_t cap = 4096, n = 0;
   char *buf = malloc(cap);
   while (buf) {
+    if (n > MAX_CONFIG_BYTES) {
+      fclose(f);
+      free(buf);
+      say(err, errsize, "--config: %s: larger than %zu kB, not a config file", path,
+          MAX_CONFIG_BYTES >> 10);
+      return NULL;
+    }
     if (n + 1 >= cap) {
       char *b = realloc(buf, cap *= 2);
       if (!b) {
@@ -359,11 +370,39 @@ static int add_file_key(settings *s, const char *path, size_t line, const char *
     say(err, errsize, "%s: only allowed on the command line", where);
     return 2;
   }
+  /* once each, whatever the spelling: which of two values wins would be a guess */
+  for (size_t i = 0; i < s->n; i++)
+    if (s->v[i].o == o) {
+      say(err, errsize, "%s: the same option as %s; set it once", where, s->v[i].where);
+      return 2;
+    }
   if (add_setting(s, o, value, is_null, where) != 0) {
     say(err, errsize, "out of memory");
     return 2;
   }
   return 0;
+}
+
+/* The line of each key of the top-level object of valid JSON text, in order (cJSON keeps
+ * no positions); malloc'ed, NULL when out of memory. */
+static size_t *json_key_lines(const char *text, size_t n_keys) {
+  size_t *lines = calloc(n_keys + 1, sizeof *lines), k = 0, line = 1;
+  int depth = 0;
+  bool expect_key = false;
+  for (const char *p = text; lines && *p && k < n_keys; p++) {
+    if (*p == '\n') line++;
+    else if (*p == '{' || *p == '[') depth++, expect_key = depth == 1 && *p == '{';
+    else if (*p == '}' || *p == ']') depth--;
+    else if (*p == ',' && depth == 1) expect_key = true;
+    else if (*p == '"') {
+      if (expect_key) lines[k++] = line;
+      expect_key = false;
+      for (p++; *p && *p != '"'; p++) /* strings hold no raw newline in valid JSON */
+        if (*p == '\\' && p[1]) p++;
+      if (!*p) break;
+    }
+  }
+  return lines;
 }
 
 static int parse_json_file(const char *path, const char *text, settings *s, char *err,
@@ -382,7 +421,12 @@ static int parse_json_file(const char *path, const char *text, settings *s, char
     say(err, errsize, "%s: expected a JSON object of options", path);
     rc = 2;
   }
-  for (cJSON *it = root->child; rc == 0 && it; it = it->next) {
+  size_t *lines = rc == 0 ? json_key_lines(text, (size_t)cJSON_GetArraySize(root)) : NULL, k = 0;
+  if (rc == 0 && lines == NULL) {
+    say(err, errsize, "out of memory");
+    rc = 2;
+  }
+  for (cJSON *it = root->child; rc == 0 && it; it = it->next, k++) {
     char buf[64];
     const char *value = NULL;
     bool is_null = false;
@@ -404,8 +448,9 @@ static int parse_json_file(const char *path, const char *text, settings *s, char
       rc = 2;
       break;
     }
-    rc = add_file_key(s, path, 0, it->string, value, is_null, err, errsize);
+    rc = add_file_key(s, path, lines[k], it->string, value, is_null, err, errsize);
   }
+  free(lines);
   cJSON_Delete(root);
   return rc;
 }

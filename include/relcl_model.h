@@ -27,9 +27,13 @@ typedef enum relcl_positions {
   RELCL_POS_BOTH = 3,
 } relcl_positions;
 
+/* The most encoder (and decoder) layers a model may have: dropout streams number the
+ * encoder's layers 0..30 and the decoder's 31..61 (lib/model_graph.c). */
+#define RELCL_MODEL_MAX_LAYERS 31
+
 typedef struct relcl_model_config {
   int vocab;            /* shared source/target vocabulary; ids 0..3 = pad, unk, bos, eos */
-  int enc_layers, dec_layers;
+  int enc_layers, dec_layers; /* 1 .. RELCL_MODEL_MAX_LAYERS */
   int d_model, heads, d_ff;
   float dropout;        /* residual, embedding and attention-weight dropout */
   float label_smoothing;
