@@ -1,5 +1,5 @@
-/* The flag bits relcl's host code passes to its kernels (an int argument named flags), the
- * one definition both sides use: lib/ includes this file, and the build embeds it at the
+/* The flag bits relcl's host code passes to its kernels (an int argument named flags), and
+ * the few sizes both sides must agree on: the one definition both sides use: lib/ includes this file, and the build embeds it at the
  * head of every program's source (before common.cl), so a bit cannot mean one thing in C and
  * another in OpenCL C. Plain #defines only: it must be valid C11 and OpenCL C 1.2. Bits
  * belong to one kernel family each; families may reuse values. */
@@ -33,5 +33,8 @@
 /* optim.cl */
 #define RELCL_SQUARE 1 /* sum_block: square the inputs */
 #define RELCL_CLIP 1   /* adam: clip by the global norm in sumsq[0] */
+
+/* Sizes both sides must agree on */
+#define RELCL_TOPK_MAX 32 /* decode.cl row_topk: candidates a row at most (its arrays) */
 
 #endif
