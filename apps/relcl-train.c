@@ -1068,6 +1068,7 @@ static int mpi_sync_start(run *r) {
     device_error(r, st, "receiving rank 0's parameters");
     return 1;
   }
+  train_mpi_describe(relcl_context_device_name(r->ctx));
   return 0;
 }
 

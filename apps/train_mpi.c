@@ -501,6 +501,17 @@ relcl_status train_mpi_check_params(relcl_model *model, uint64_t step, int64_t e
   return train_mpi_sync_params(model, host);
 }
 
+void train_mpi_describe(const char *device) {
+  if (!S.active || S.size == 1) return;
+  char mine[128], *all = malloc((size_t)S.size * sizeof mine);
+  if (!all) return; /* only a message lost */
+  snprintf(mine, sizeof mine, "%s", device);
+  x_allgather(mine, all, sizeof mine);
+  for (int r = 0; r < S.size; r++)
+    printf("rank %d on %s: %s\n", r, host_of(r), all + (size_t)r * sizeof mine);
+  free(all);
+}
+
 void train_mpi_log(uint64_t step) {
   if (!S.active || S.rank != 0 || S.iv_steps == 0) return;
   char shares[256] = "";
@@ -517,8 +528,8 @@ void train_mpi_log(uint64_t step) {
     if (S.iv_wait[r] > most) most = S.iv_wait[r], worst = r;
   }
   double eff = S.iv_wall > 0 && ideal > 0 ? S.iv_micros / S.iv_wall / ideal : 0;
-  printf("mpi step %7llu | %d ranks | micro-batches per update %s | MPI wait %.1f ms/step on "
-         "rank 0, %.1f on rank %d | scaling efficiency %.0f%%%s\n",
+  printf("mpi step %7llu | %d ranks | micro-batches per update %s | MPI wait %.1f ms/step "
+         "(rank 0), at most %.1f (rank %d) | scaling efficiency %.0f%%%s\n",
          (unsigned long long)step, S.size, shares, 1e3 * S.iv_wait[0] / (double)S.iv_steps,
          1e3 * most / (double)S.iv_steps, worst, 100 * eff,
          S.iv_repairs ? " | parameters repaired from rank 0" : "");

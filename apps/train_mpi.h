@@ -77,6 +77,8 @@ relcl_status train_mpi_reduce(relcl_model *model, relcl_model_stats *s);
  * (rank 0) and give every rank rank 0's parameters and Adam moments. */
 relcl_status train_mpi_check_params(relcl_model *model, uint64_t step, int64_t every,
                                     float *host);
+/* Rank 0: one line per rank naming its host and device (a collective call). */
+void train_mpi_describe(const char *device);
 /* Rank 0: one line about the ranks since the last call (shares, MPI wait per step, scaling
  * efficiency). */
 void train_mpi_log(uint64_t step);
