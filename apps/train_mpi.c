@@ -55,6 +55,7 @@ static double now(void) {
 
 static const char *host_of(int rank) { return S.hosts + (size_t)rank * HOST_LEN; }
 
+#if RELCL_HAVE_MPI
 /* "R:X" test hooks */
 static void parse_hook(const char *name, int *rank, double *x) {
   const char *v = getenv(name);
@@ -65,6 +66,7 @@ static void parse_hook(const char *name, int *rank, double *x) {
   *rank = (int)r;
   *x = strtod(end + 1, NULL);
 }
+#endif
 
 /* ---- the few MPI calls, timed as waiting ---- */
 
@@ -125,9 +127,8 @@ static int env_size(void) {
 
 int train_mpi_init(int *argc, char ***argv) {
   int n = env_size();
-  bool launched = n > 0 || getenv("PMIX_RANK") != NULL;
 #if RELCL_HAVE_MPI
-  if (!launched) return 0;
+  if (n <= 0 && !getenv("PMIX_RANK")) return 0; /* not started by an MPI launcher */
   MPI_Init(argc, argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &S.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &S.size);
@@ -273,8 +274,9 @@ int train_mpi_bcast_bytes(void **buf, size_t *size) {
     *buf = malloc(n ? n : 1);
     *size = n;
   }
-  int ok = *buf != NULL, all = 0;
+  int all = 0;
 #if RELCL_HAVE_MPI
+  int ok = *buf != NULL;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 #endif
   if (!all) return 1;
@@ -301,8 +303,9 @@ relcl_status train_mpi_sync_params(relcl_model *model, float *host) {
 
 void train_mpi_agree_stop(bool *timeup, bool *early, bool *signaled) {
   if (!S.active || S.size == 1) return;
-  int mine[3] = {*timeup, *early, *signaled}, all[3] = {0, 0, 0};
+  int all[3] = {0, 0, 0};
 #if RELCL_HAVE_MPI
+  int mine[3] = {*timeup, *early, *signaled};
   double t = now();
   /* root's clock and validation decide; any rank's signal stops everyone */
   if (S.rank != 0) mine[0] = mine[1] = 0;
