@@ -316,28 +316,31 @@ void train_mpi_agree_stop(bool *timeup, bool *early, bool *signaled) {
 }
 
 /* Shares in proportion to each rank's speed (1 / smoothed seconds per micro-batch), at least
- * one each, by largest remainders; the same arithmetic on the same gathered numbers on every
- * rank, so every rank computes the same shares. */
+ * one each, rounded by largest remainders; the same arithmetic on the same gathered numbers
+ * on every rank, so every rank computes the same shares. */
 static void balance_counts(int total) {
   double wsum = 0;
   for (int r = 0; r < S.size; r++) wsum += 1.0 / S.ema[r];
-  int avail = total - S.size, given = 0;
+  int given = 0;
   double *frac = malloc((size_t)S.size * sizeof *frac);
   if (!frac) return; /* keep the previous shares */
   for (int r = 0; r < S.size; r++) {
-    double ideal = (double)avail * (1.0 / S.ema[r]) / wsum;
+    double ideal = (double)total * (1.0 / S.ema[r]) / wsum;
     int whole = (int)ideal;
-    if (whole > avail) whole = avail;
-    S.counts[r] = 1 + whole;
-    frac[r] = ideal - (double)whole;
-    given += whole;
+    S.counts[r] = whole < 1 ? 1 : whole;
+    frac[r] = ideal - (double)S.counts[r];
+    given += S.counts[r];
   }
-  for (; given < avail; given++) {
-    int best = 0;
-    for (int r = 1; r < S.size; r++)
-      if (frac[r] > frac[best]) best = r;
-    S.counts[best]++;
-    frac[best] = -1;
+  for (; given != total; given += given < total ? 1 : -1) {
+    /* short: one more to the rank furthest below its ideal; over (ranks raised to one):
+     * one less from the rank furthest above it that has more than one */
+    int pick = -1;
+    for (int r = 0; r < S.size; r++) {
+      if (given > total && S.counts[r] <= 1) continue;
+      if (pick < 0 || (given < total ? frac[r] > frac[pick] : frac[r] < frac[pick])) pick = r;
+    }
+    S.counts[pick] += given < total ? 1 : -1;
+    frac[pick] += given < total ? -1 : 1;
   }
   free(frac);
 }
