@@ -139,7 +139,7 @@ int train_mpi_init(int *argc, char ***argv) {
   char name[MPI_MAX_PROCESSOR_NAME] = "", mine[HOST_LEN] = "";
   int len = 0;
   MPI_Get_processor_name(name, &len);
-  snprintf(mine, sizeof mine, "%s", name);
+  memcpy(mine, name, strnlen(name, sizeof mine - 1)); /* a longer host name is cut */
   S.hosts = calloc((size_t)S.size, HOST_LEN);
   S.counts = calloc((size_t)S.size, sizeof *S.counts);
   S.ema = calloc((size_t)S.size, sizeof *S.ema);
