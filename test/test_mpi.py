@@ -34,22 +34,13 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import test_train  # noqa: E402  (its safetensors reader)
+import test_train  # noqa: E402  (its check() and safetensors reader)
 
 FIX = os.path.join(HERE, "train")
-passed = failed = 0
 MPIRUN = ["mpirun", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
 
 
-def check(ok, what, detail=""):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what + ("" if ok or not detail else "\n     " + detail))
-    sys.stdout.flush()
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    return ok
+check = test_train.check  # one line per check, counted in test_train.passed/failed
 
 
 def env(**extra):
@@ -112,7 +103,7 @@ def main():
     EXE = os.path.abspath(sys.argv[1])
     for tool in ("mpirun", "oclgrind"):
         if not check(shutil.which(tool) is not None, "%s is installed" % tool):
-            print("%d passed, %d failed" % (passed, failed + 1))
+            print("%d passed, %d failed" % (test_train.passed, test_train.failed))
             return 1
     work = tempfile.mkdtemp(prefix="relcl-mpi-test-")
     os.chdir(work)
@@ -223,8 +214,8 @@ def main():
           "; ".join(devs), "rc=%d\n%s\n%s" % (rc, out[-2000:], err[-2000:]))
 
     shutil.rmtree(work, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 and passed > 0 else 1
+    print("%d passed, %d failed" % (test_train.passed, test_train.failed))
+    return 0 if test_train.failed == 0 and test_train.passed > 0 else 1
 
 
 if __name__ == "__main__":
