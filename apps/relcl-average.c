@@ -5,9 +5,10 @@
  * `relcl-translate --model OUT` works. */
 #include "relcl.h"
 #include "relcl_checkpoint.h"
-#include "train_config.h"
+#include "relcl_model.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -23,8 +24,10 @@ static void usage(FILE *out) {
           "usage: " PROG " --output OUT.safetensors CK1 CK2 ...\n"
           "       " PROG " --model-dir DIR --last N [--output OUT.safetensors]\n"
           "Averages the parameters of checkpoints made with the same configuration and\n"
-          "vocabulary (the metadata of the last one is kept, plus relcl.average_of).\n\n"
-          "  --output FILE     the averaged checkpoint (with --model-dir: default\n"
+          "vocabulary (the metadata of the last one is kept, plus relcl.average_of and\n"
+          "relcl.averaged_from; relcl-train --resume refuses such a checkpoint).\n\n"
+          "  --output FILE     the averaged checkpoint, neither an input nor a ckpt-* name\n"
+          "                    (with --model-dir: default\n"
           "                    DIR/average.safetensors; translate it with\n"
           "                    relcl-translate --model DIR --checkpoint average.safetensors)\n"
           "  --model-dir DIR   a relcl-train model directory ...\n"
@@ -78,6 +81,27 @@ static char *read_all(const char *path, size_t *size) {
   return buf;
 }
 
+/* Returns 0, or 2 after a message when output is one of the inputs (the same file under any
+ * name: ./x, a hard or symbolic link) or a ckpt-* name: relcl-train --resume and --keep take
+ * every ckpt-* file for one of their own checkpoints. */
+static int check_output(const char *output, const char *const *inputs, size_t n) {
+  const char *slash = strrchr(output, '/'), *base = slash ? slash + 1 : output;
+  if (strncmp(base, "ckpt-", 5) == 0) {
+    fprintf(stderr, PROG ": --output %s: ckpt-* names are relcl-train's own checkpoints; "
+            "choose another name (e.g. average.safetensors) (try --help)\n", output);
+    return 2;
+  }
+  struct stat out, in;
+  if (stat(output, &out) != 0) return 0; /* a new file */
+  for (size_t i = 0; i < n; i++)
+    if (stat(inputs[i], &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
+      fprintf(stderr, PROG ": --output %s is the input %s: averaging would replace one of "
+              "its own checkpoints (try --help)\n", output, inputs[i]);
+      return 2;
+    }
+  return 0;
+}
+
 /* Copy the vocabulary file from src_dir to dst_dir unless the same bytes are there already.
  * Returns 0, or 1 after a message. */
 static int copy_vocab(const char *name, const char *src_dir, const char *dst_dir) {
@@ -122,43 +146,39 @@ static int copy_vocab(const char *name, const char *src_dir, const char *dst_dir
 }
 
 int main(int argc, char **argv) {
+  static const struct option long_opts[] = {
+      {"output", required_argument, NULL, 'o'},
+      {"model-dir", required_argument, NULL, 'm'},
+      {"last", required_argument, NULL, 'l'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
   const char *output = NULL, *model_dir = NULL;
-  int last = 0;
+  int last = 0, c;
+  opterr = 0; /* our own one-line messages */
+  while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    /* getopt_long has just stepped past the option it returns */
+    if (c == '?') return usage_error("unknown option '%s'", argv[optind - 1]);
+    if (c == ':') return usage_error("%s needs a value", argv[optind - 1]);
+    if (c == 'h') {
+      usage(stdout);
+      return 0;
+    }
+    if (c == 'o') output = optarg;
+    else if (c == 'm') model_dir = optarg;
+    else {
+      char *end;
+      long n = strtol(optarg, &end, 10);
+      if (*optarg == '\0' || *end || n < 1 || n > 100000)
+        return usage_error("--last: invalid value '%s'", optarg);
+      last = (int)n;
+    }
+  }
+  /* what is left are the checkpoints (getopt_long moved them behind the options) */
   const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
   size_t n_in = 0;
   if (inputs == NULL) return 1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0) {
-      usage(stdout);
-      free(inputs);
-      return 0;
-    }
-    if (strcmp(a, "--output") == 0 || strcmp(a, "--model-dir") == 0 ||
-        strcmp(a, "--last") == 0) {
-      if (i + 1 >= argc) {
-        free(inputs);
-        return usage_error("%s needs a value", a);
-      }
-      const char *v = argv[++i];
-      if (a[2] == 'o') output = v;
-      else if (a[2] == 'm') model_dir = v;
-      else {
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (*v == '\0' || *end || n < 1 || n > 100000) {
-          free(inputs);
-          return usage_error("--last: invalid value '%s'", v);
-        }
-        last = (int)n;
-      }
-    } else if (strncmp(a, "--", 2) == 0) {
-      free(inputs);
-      return usage_error("unknown option '%s'", a);
-    } else {
-      inputs[n_in++] = a;
-    }
-  }
+  for (int i = optind; i < argc; i++) inputs[n_in++] = argv[i];
   int rc = 2;
   relcl_checkpoint_list list;
   memset(&list, 0, sizeof list);
@@ -192,48 +212,46 @@ int main(int argc, char **argv) {
     rc = usage_error("%s", "--output and at least one checkpoint are required");
     goto done;
   }
+  if ((rc = check_output(output, inputs, n_in)) != 0) goto done;
   rc = 1;
   /* the configurations first, one file at a time: the first difference, named */
   relcl_model_config first_cfg, cfg;
   uint64_t first_hash = 0, hash = 0;
-  char spm_name[256] = "spm.model", first_dir[PATH_MAX], err[512];
-  char *first_json = NULL;
+  char spm_name[256] = "spm.model", first_dir[PATH_MAX], why[256];
   for (size_t i = 0; i < n_in; i++) {
     relcl_checkpoint *ck = NULL;
-    if (relcl_checkpoint_open(inputs[i], 0, &ck) != RELCL_OK) {
+    if (relcl_checkpoint_open(inputs[i], 0, &ck) != RELCL_OK ||
+        relcl_model_checkpoint_config(ck, &cfg, &hash) != RELCL_OK) {
       fprintf(stderr, PROG ": %s\n", relcl_last_error());
-      free(first_json);
-      goto done;
-    }
-    const char *mj = relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_CONFIG_KEY);
-    if (mj == NULL || train_model_from_json(mj, &cfg, &hash, err, sizeof err) != 0) {
-      fprintf(stderr, PROG ": %s: not a relcl-train checkpoint: %s\n", inputs[i],
-              mj ? err : "no relcl.config metadata");
       relcl_checkpoint_close(ck);
-      free(first_json);
       goto done;
     }
+    bool differs = false;
     if (i == 0) {
       first_cfg = cfg;
       first_hash = hash;
-      first_json = strdup(mj);
       const char *sp = relcl_checkpoint_meta_get(ck, "relcl.spm_model");
       if (sp) snprintf(spm_name, sizeof spm_name, "%s", sp);
       dir_of(inputs[i], first_dir, sizeof first_dir);
-    } else if (train_model_mismatch(&first_cfg, first_hash, &cfg, hash, err, sizeof err) ||
-               strcmp(first_json, mj) != 0) {
-      if (strcmp(first_json, mj) != 0 && err[0] == '\0')
-        snprintf(err, sizeof err, "relcl.config differs");
+    } else if (hash != first_hash) {
+      snprintf(why, sizeof why, "another vocabulary (SentencePiece hash %016" PRIx64
+               ", not %016" PRIx64 ")", hash, first_hash);
+      differs = true;
+    } else if (!relcl_model_config_compatible(&cfg, &first_cfg, why + 2, sizeof why - 2)) {
+      memcpy(why, "--", 2); /* the keys are relcl-train's flags */
+      differs = true;
+    } else if (memcmp(&cfg, &first_cfg, sizeof cfg) != 0) {
+      /* dropout, label smoothing or max-length: the library refuses to average those too */
+      snprintf(why, sizeof why, "relcl.config differs");
+      differs = true;
+    }
+    relcl_checkpoint_close(ck);
+    if (differs) {
       fprintf(stderr, PROG ": %s was made with another configuration than %s: %s\n",
-              inputs[i], inputs[0], err);
-      relcl_checkpoint_close(ck);
-      free(first_json);
+              inputs[i], inputs[0], why);
       goto done;
     }
-    err[0] = '\0';
-    relcl_checkpoint_close(ck);
   }
-  free(first_json);
   if (relcl_checkpoint_average(inputs, n_in, output) != RELCL_OK) {
     fprintf(stderr, PROG ": %s\n", relcl_last_error());
     goto done;

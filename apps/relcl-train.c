@@ -9,7 +9,6 @@
 #include "train_config.h"
 #include "train_mpi.h"
 #include "train_plot.h"
-#include "train_translate.h"
 #include "translate_model.h"
 
 #include <cjson/cJSON.h>
@@ -49,11 +48,12 @@ static const char *fmt_dur(double s, char *buf, size_t size) {
   return buf;
 }
 
-/* JSON number, or null for NaN/Inf (which JSON cannot hold) */
-static const char *jnum(double v, char *buf, size_t size) {
-  if (isfinite(v)) snprintf(buf, size, "%.6g", v);
-  else snprintf(buf, size, "null");
-  return buf;
+/* v to `digits` significant digits: log lines and the loss history need no more. (cJSON
+ * then writes the short form, and null for NaN and infinities, which JSON cannot hold.) */
+static double round_sig(double v, int digits) {
+  char buf[48];
+  snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return strtod(buf, NULL);
 }
 
 typedef struct history {
@@ -90,8 +90,7 @@ typedef struct run {
   relcl_context *ctx;
   relcl_model *model;
   size_t nparam;
-  float *host; /* 3 * nparam: params, Adam m, Adam v, for checkpoint I/O */
-  char *model_json, *config_json;
+  char *config_json;
   FILE *json;
   bool tty, bar_shown;
   double last_bar;
@@ -111,6 +110,17 @@ typedef struct run {
 } run;
 
 /* ---- messages ---- */
+
+/* One --log-json line (and the object freed). */
+static void log_json(run *r, cJSON *o) {
+  char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+  if (s) {
+    fprintf(r->json, "%s\n", s);
+    fflush(r->json);
+  }
+  cJSON_free(s);
+  cJSON_Delete(o);
+}
 
 static void clear_bar(run *r) {
   if (r->bar_shown) {
@@ -330,9 +340,8 @@ static char *history_json(const run *r) {
   for (int k = 0; root && k < 2; k++) {
     cJSON *a = cJSON_AddArrayToObject(root, names[k]);
     for (size_t i = 0; a && i < h[k]->n; i++) {
-      char buf[64];
-      snprintf(buf, sizeof buf, "[%.0f,%.7g]", h[k]->x[i], h[k]->y[i]);
-      cJSON_AddItemToArray(a, cJSON_CreateRaw(buf));
+      const double xy[2] = {h[k]->x[i], round_sig(h[k]->y[i], 7)};
+      cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(xy, 2));
     }
   }
   char *s = root ? cJSON_PrintUnformatted(root) : NULL;
@@ -370,46 +379,15 @@ static void update_plot(run *r) {
   }
 }
 
-/* Save every parameter and both Adam moments under the model's tensor names, with what
- * resuming needs. valid_loss: NaN when not validated at this step. */
+/* Save the model with both Adam moments (relcl_model_save), and what resuming needs.
+ * valid_loss: NaN when not validated at this step. */
 static int save_checkpoint(run *r, double valid_loss, bool is_best) {
   relcl_status st;
-  float *p = r->host, *m = r->host + r->nparam, *v = r->host + 2 * r->nparam;
-  if ((st = relcl_model_arena_read(r->model, RELCL_ARENA_PARAMS, p)) != RELCL_OK ||
-      (st = relcl_model_arena_read(r->model, RELCL_ARENA_ADAM_M, m)) != RELCL_OK ||
-      (st = relcl_model_arena_read(r->model, RELCL_ARENA_ADAM_V, v)) != RELCL_OK) {
-    device_error(r, st, "reading the parameters back");
-    return 1;
-  }
-  size_t nt = relcl_model_tensor_count(r->model);
-  relcl_checkpoint_tensor *t = calloc(3 * nt, sizeof *t);
-  char **names = calloc(2 * nt, sizeof *names);
   int rc = 1;
   char *hist = history_json(r);
-  if (!t || !names || !hist) {
+  if (!hist) {
     errorf(r, "out of host memory while saving");
     goto done;
-  }
-  for (size_t i = 0; i < nt; i++) {
-    relcl_tensor_info info = relcl_model_tensor(r->model, i);
-    size_t len = strlen(info.name) + 8;
-    names[2 * i] = malloc(len);
-    names[2 * i + 1] = malloc(len);
-    if (!names[2 * i] || !names[2 * i + 1]) {
-      errorf(r, "out of host memory while saving");
-      goto done;
-    }
-    snprintf(names[2 * i], len, "adam_m/%s", info.name);
-    snprintf(names[2 * i + 1], len, "adam_v/%s", info.name);
-    const char *nm[3] = {info.name, names[2 * i], names[2 * i + 1]};
-    const float *base[3] = {p, m, v};
-    for (int k = 0; k < 3; k++) {
-      relcl_checkpoint_tensor *x = &t[k * nt + i];
-      x->name = nm[k];
-      x->ndim = info.ndim;
-      for (int d = 0; d < info.ndim; d++) x->shape[d] = info.shape[d];
-      x->data = base[k] + info.offset;
-    }
   }
   uint64_t be = 0;
   size_t bi = 0;
@@ -428,12 +406,10 @@ static int save_checkpoint(run *r, double valid_loss, bool is_best) {
   snprintf(s_bstep, sizeof s_bstep, "%" PRIu64, r->best_step);
   snprintf(s_stall, sizeof s_stall, "%d", r->stalled);
   relcl_checkpoint_meta md[] = {
-      {RELCL_CHECKPOINT_CONFIG_KEY, r->model_json},
       {"relcl.train_config", r->config_json},
       {"relcl.vocab_fnv1a64", s_hash},
       {"relcl.spm_model", SPM_NAME},
       {"relcl.step", s_step},
-      {"relcl.adam_step", s_step},
       {"relcl.epoch", s_be},
       {"relcl.batch_epoch", s_be},
       {"relcl.batch_index", s_bi},
@@ -449,9 +425,10 @@ static int save_checkpoint(run *r, double valid_loss, bool is_best) {
       {"relcl.valid_loss", s_vl}, /* last: left out when not validated */
   };
   size_t nmd = sizeof md / sizeof md[0] - (isfinite(valid_loss) ? 0 : 1);
+  relcl_model_save_opts so = {RELCL_MODEL_OPTIMIZER, r->step, r->vocab_hash, md, nmd};
   char path[PATH_MAX + 64], best[PATH_MAX + 64], tmp[PATH_MAX + 64];
   if ((st = relcl_checkpoint_step_path(r->dir, r->step, path, sizeof path)) != RELCL_OK ||
-      (st = relcl_checkpoint_save(path, t, 3 * nt, md, nmd)) != RELCL_OK) {
+      (st = relcl_model_save(r->model, path, &so)) != RELCL_OK) {
     errorf(r, "saving a checkpoint: %s", relcl_last_error());
     goto done;
   }
@@ -465,7 +442,7 @@ static int save_checkpoint(run *r, double valid_loss, bool is_best) {
       fsync_dir(r->dir);
     } else {
       unlink(tmp);
-      if ((st = relcl_checkpoint_save(best, t, 3 * nt, md, nmd)) != RELCL_OK) {
+      if ((st = relcl_model_save(r->model, best, &so)) != RELCL_OK) {
         errorf(r, "saving the best checkpoint: %s", relcl_last_error());
         goto done;
       }
@@ -481,10 +458,6 @@ static int save_checkpoint(run *r, double valid_loss, bool is_best) {
   fflush(stdout);
   rc = 0;
 done:
-  if (names)
-    for (size_t i = 0; i < 2 * nt; i++) free(names[i]);
-  free(names);
-  free(t);
   free(hist);
   return rc;
 }
@@ -537,19 +510,23 @@ static void note_changes(run *r, const char *old_json) {
 /* Refuse a checkpoint of another model or vocabulary, in one line. */
 static int check_resume_config(run *r, const relcl_checkpoint *ck) {
   const char *path = relcl_checkpoint_path(ck);
-  const char *mj = relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_CONFIG_KEY);
-  char err[512];
+  char why[256];
   relcl_model_config have;
   uint64_t have_hash = 0;
-  if (!mj || train_model_from_json(mj, &have, &have_hash, err, sizeof err) != 0) {
-    errorf(r, "%s: not a relcl-train checkpoint: %s", path,
-           mj ? err : "no relcl.config metadata");
+  if (relcl_model_checkpoint_config(ck, &have, &have_hash) != RELCL_OK) {
+    errorf(r, "cannot resume: %s", relcl_last_error());
     return 1;
   }
-  if (train_model_mismatch(&have, have_hash, &r->mcfg, r->vocab_hash, err, sizeof err)) {
+  if (have_hash != r->vocab_hash)
+    snprintf(why, sizeof why, "another vocabulary (SentencePiece model hash %016" PRIx64
+             ", this run has %016" PRIx64 ")", have_hash, r->vocab_hash);
+  else if (!relcl_model_config_compatible(&have, &r->mcfg, why + 2, sizeof why - 2))
+    memcpy(why, "--", 2); /* the configuration's keys are this program's flags */
+  else why[0] = '\0';
+  if (why[0]) {
     errorf(r, "cannot resume from %s: it was made with %s (resuming needs the same model and "
            "vocabulary; use another --model-dir to start over)",
-           path, err);
+           path, why);
     return 1;
   }
   note_changes(r, relcl_checkpoint_meta_get(ck, "relcl.train_config"));
@@ -593,27 +570,18 @@ static int resume_meta(run *r, const relcl_checkpoint *ck) {
   return 0;
 }
 
-/* Parameters and Adam moments from the checkpoint into the model's arenas. */
+/* Parameters and Adam moments from the checkpoint into the model (bit for bit). */
 static int resume_tensors(run *r, const relcl_checkpoint *ck) {
-  float *base[3] = {r->host, r->host + r->nparam, r->host + 2 * r->nparam};
-  const char *prefix[3] = {"", "adam_m/", "adam_v/"};
-  for (size_t i = 0; i < relcl_model_tensor_count(r->model); i++) {
-    relcl_tensor_info info = relcl_model_tensor(r->model, i);
-    for (int k = 0; k < 3; k++) {
-      char name[512];
-      snprintf(name, sizeof name, "%s%s", prefix[k], info.name);
-      if (relcl_checkpoint_read(ck, name, info.ndim, info.shape, base[k] + info.offset) !=
-          RELCL_OK) {
-        errorf(r, "cannot resume: %s", relcl_last_error());
-        return 1;
-      }
-    }
+  uint64_t adam_step = 0;
+  relcl_status st = relcl_model_restore(r->model, ck, RELCL_MODEL_OPTIMIZER, &adam_step);
+  if (st != RELCL_OK) {
+    if (st == RELCL_ERR_FORMAT) errorf(r, "cannot resume: %s", relcl_last_error());
+    else device_error(r, st, "restoring the parameters");
+    return 1;
   }
-  relcl_status st;
-  if ((st = relcl_model_arena_write(r->model, RELCL_ARENA_PARAMS, base[0])) != RELCL_OK ||
-      (st = relcl_model_arena_write(r->model, RELCL_ARENA_ADAM_M, base[1])) != RELCL_OK ||
-      (st = relcl_model_arena_write(r->model, RELCL_ARENA_ADAM_V, base[2])) != RELCL_OK) {
-    device_error(r, st, "restoring the parameters");
+  if (adam_step != r->step) {
+    errorf(r, "cannot resume: %s: relcl.adam_step %" PRIu64 " is not relcl.step %" PRIu64,
+           relcl_checkpoint_path(ck), adam_step, r->step);
     return 1;
   }
   return 0;
@@ -657,7 +625,7 @@ static int checkpoint_now(run *r, bool validating, bool *early) {
     double t = now();
     if (validate(r, &loss, &nll)) return 1;
     r->last_valid = r->step;
-    char msg[128], el[32], buf[4][32];
+    char msg[128], el[32];
     if (!(loss >= r->best)) { /* also the first time, when best is NaN */
       is_best = true;
       r->best = loss;
@@ -676,14 +644,18 @@ static int checkpoint_now(run *r, bool validating, bool *early) {
            r->step, r->epoch + 1, loss, exp(nll), msg, now() - t,
            fmt_dur(r->elapsed_before + now() - r->t_start, el, sizeof el));
     if (r->json) {
-      fprintf(r->json,
-              "{\"type\": \"valid\", \"step\": %" PRIu64 ", \"epoch\": %" PRIu64
-              ", \"valid_loss\": %s, \"valid_nll\": %s, \"valid_ppl\": %s, \"best_valid_loss\": "
-              "%s, \"best_step\": %" PRIu64 ", \"new_best\": %s, \"stalled\": %d}\n",
-              r->step, r->epoch + 1, jnum(loss, buf[0], 32), jnum(nll, buf[1], 32),
-              jnum(exp(nll), buf[2], 32), jnum(r->best, buf[3], 32), r->best_step,
-              is_best ? "true" : "false", r->stalled);
-      fflush(r->json);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "type", "valid");
+      cJSON_AddNumberToObject(o, "step", (double)r->step);
+      cJSON_AddNumberToObject(o, "epoch", (double)(r->epoch + 1));
+      cJSON_AddNumberToObject(o, "valid_loss", round_sig(loss, 6));
+      cJSON_AddNumberToObject(o, "valid_nll", round_sig(nll, 6));
+      cJSON_AddNumberToObject(o, "valid_ppl", round_sig(exp(nll), 6));
+      cJSON_AddNumberToObject(o, "best_valid_loss", round_sig(r->best, 6));
+      cJSON_AddNumberToObject(o, "best_step", (double)r->best_step);
+      cJSON_AddBoolToObject(o, "new_best", is_best);
+      cJSON_AddNumberToObject(o, "stalled", r->stalled);
+      log_json(r, o);
     }
     if (r->cfg.early_stopping > 0 && r->stalled >= r->cfg.early_stopping) *early = true;
   }
@@ -693,6 +665,16 @@ static int checkpoint_now(run *r, bool validating, bool *early) {
 }
 
 /* ---- --valid-bleu: greedy translations of the validation set, scored by sacrebleu ---- */
+
+/* Greedy decoding (beam 1, which is relcl_model_greedy) in batches of 64 sentences. */
+static tm_opts greedy_opts(void) {
+  tm_opts o;
+  o.beam = relcl_beam_opts_default();
+  o.beam.beam_size = 1;
+  o.beam.length_penalty = 0.0f;
+  o.batch_size = 64;
+  return o;
+}
 
 /* Write lines to path, one a line; 0 or errno. */
 static int write_lines(const char *path, char *const *lines, const relcl_text *t, size_t n) {
@@ -758,11 +740,7 @@ static int valid_bleu(run *r) {
     goto done;
   }
   for (size_t i = 0; i < n; i++) lines[i] = relcl_text_line(r->bleu_src, i, NULL);
-  tm_opts o;
-  o.beam = relcl_beam_opts_default();
-  o.beam.beam_size = 1;
-  o.beam.length_penalty = 0.0f;
-  o.batch_size = 64;
+  tm_opts o = greedy_opts();
   tm_stats stats;
   memset(&stats, 0, sizeof stats);
   if (tm_translate(r->model, r->spm, lines, n, &o, hyp, NULL, NULL, &stats, err, sizeof err)) {
@@ -785,9 +763,11 @@ static int valid_bleu(run *r) {
     printf("valid step %7" PRIu64 " | BLEU %.2f (greedy, sacrebleu, %zu sentences) | %.1f s\n",
            r->step, bleu, n, now() - t);
     if (r->json) {
-      fprintf(r->json, "{\"type\": \"valid_bleu\", \"step\": %" PRIu64 ", \"valid_bleu\": %.2f}\n",
-              r->step, bleu);
-      fflush(r->json);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "type", "valid_bleu");
+      cJSON_AddNumberToObject(o, "step", (double)r->step);
+      cJSON_AddNumberToObject(o, "valid_bleu", round_sig(bleu, 4));
+      log_json(r, o);
     }
   }
   fflush(stdout);
@@ -841,7 +821,7 @@ static void log_train(run *r, interval *iv, float lr, double t) {
   double tps = iv->seconds > 0 ? (double)iv->tokens / iv->seconds : 0;
   double gnorm = iv->gnorm_sum / (double)iv->steps, elapsed = r->elapsed_before + t - r->t_start;
   double eta = eta_seconds(r, t);
-  char el[32], e[40] = "", b[6][32];
+  char el[32], e[40] = "";
   if (isfinite(eta)) {
     strcpy(e, " | ETA ");
     fmt_dur(eta, e + 7, sizeof e - 7);
@@ -853,14 +833,19 @@ static void log_train(run *r, interval *iv, float lr, double t) {
          fmt_dur(elapsed, el, sizeof el), e);
   fflush(stdout);
   if (r->json) {
-    fprintf(r->json,
-            "{\"type\": \"train\", \"step\": %" PRIu64 ", \"epoch\": %" PRIu64
-            ", \"loss\": %s, \"nll\": %s, \"ppl\": %s, \"lr\": %.6g, \"gnorm\": %s, "
-            "\"tokens\": %" PRIu64 ", \"tokens_per_s\": %s, \"elapsed\": %.3f}\n",
-            r->step, r->epoch + 1, jnum(loss, b[0], 32), jnum(nll, b[1], 32),
-            jnum(exp(nll), b[2], 32), (double)lr, jnum(gnorm, b[3], 32), iv->tokens,
-            jnum(tps, b[4], 32), elapsed);
-    fflush(r->json);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "train");
+    cJSON_AddNumberToObject(o, "step", (double)r->step);
+    cJSON_AddNumberToObject(o, "epoch", (double)(r->epoch + 1));
+    cJSON_AddNumberToObject(o, "loss", round_sig(loss, 6));
+    cJSON_AddNumberToObject(o, "nll", round_sig(nll, 6));
+    cJSON_AddNumberToObject(o, "ppl", round_sig(exp(nll), 6));
+    cJSON_AddNumberToObject(o, "lr", round_sig(lr, 6));
+    cJSON_AddNumberToObject(o, "gnorm", round_sig(gnorm, 6));
+    cJSON_AddNumberToObject(o, "tokens", (double)iv->tokens);
+    cJSON_AddNumberToObject(o, "tokens_per_s", round_sig(tps, 6));
+    cJSON_AddNumberToObject(o, "elapsed", round_sig(elapsed, 9));
+    log_json(r, o);
   }
   history_add(&r->train_h, (double)r->step, loss);
   update_plot(r);
@@ -942,7 +927,7 @@ static int train(run *r) {
       device_error(r, st, "the Adam update");
       return 1;
     }
-    if ((st = train_mpi_check_params(r->model, step, r->cfg.hash_every, r->host)) != RELCL_OK) {
+    if ((st = train_mpi_check_params(r->model, step, r->cfg.hash_every)) != RELCL_OK) {
       device_error(r, st, "comparing the parameters of the ranks");
       return 1;
     }
@@ -1063,13 +1048,72 @@ static int mpi_sync_start(run *r) {
     if (relcl_batcher_seek(r->batcher, v[1], (size_t)v[2]) != RELCL_OK)
       return errorf(r, "batches: %s", relcl_last_error()), 1;
   }
-  relcl_status st = train_mpi_sync_params(r->model, r->host);
+  relcl_status st = train_mpi_sync_params(r->model);
   if (st != RELCL_OK) {
     device_error(r, st, "receiving rank 0's parameters");
     return 1;
   }
   train_mpi_describe(relcl_context_device_name(r->ctx));
   return 0;
+}
+
+/* ---- --translate: greedy translations with a model directory ---- */
+
+/* Translate cfg->translate ("-": standard input) with --model-dir's best.safetensors, else
+ * its newest valid checkpoint: the library's decoder with beam 1 (greedy), one output line
+ * per input line. Returns an exit status. */
+static int translate_file(const train_config *cfg) {
+  enum { CHUNK = 256 }; /* lines per call: sorted into batches, printed as they are done */
+  tm_files files;
+  relcl_context *ctx = NULL;
+  relcl_model *model = NULL;
+  relcl_text *text = NULL;
+  char *out[CHUNK] = {0}, err[4096];
+  const char *lines[CHUNK];
+  int rc = 1;
+  bool open = false;
+  if (tm_files_open(&files, cfg->model_dir, "best", NULL, err, sizeof err) != 0 &&
+      tm_files_open(&files, cfg->model_dir, "last", NULL, err, sizeof err) != 0) {
+    errorf(NULL, "--translate: %s", err);
+    return 1;
+  }
+  open = true;
+  const char *path = strcmp(cfg->translate, "-") == 0 ? "/dev/stdin" : cfg->translate;
+  if (relcl_text_read(&text, path) != RELCL_OK || relcl_context_create(&ctx, cfg->device) != RELCL_OK) {
+    errorf(NULL, "--translate: %s", relcl_last_error());
+    goto done;
+  }
+  if (tm_model_load(&files, ctx, &model, err, sizeof err) != 0) {
+    errorf(NULL, "--translate: %s", err);
+    goto done;
+  }
+  tm_opts o = greedy_opts();
+  tm_stats stats;
+  memset(&stats, 0, sizeof stats);
+  const size_t n = relcl_text_count(text);
+  for (size_t base = 0; base < n; base += CHUNK) {
+    const size_t k = n - base < CHUNK ? n - base : CHUNK;
+    for (size_t i = 0; i < k; i++) lines[i] = relcl_text_line(text, base + i, NULL);
+    int e = tm_translate(model, files.spm, lines, k, &o, out, NULL, NULL, &stats, err,
+                         sizeof err);
+    for (size_t i = 0; i < k && e == 0; i++) printf("%s\n", out[i]);
+    for (size_t i = 0; i < k; i++) {
+      free(out[i]);
+      out[i] = NULL;
+    }
+    if (e) {
+      errorf(NULL, "--translate: line %zu and after: %s", base + 1, err);
+      goto done;
+    }
+    fflush(stdout);
+  }
+  rc = 0;
+done:
+  relcl_model_destroy(model);
+  relcl_context_destroy(ctx);
+  relcl_text_destroy(text);
+  if (open) tm_files_close(&files);
+  return rc;
 }
 
 /* ---- main ---- */
@@ -1083,8 +1127,6 @@ static void free_run(run *r) {
   relcl_corpus_destroy(r->train);
   relcl_corpus_destroy(r->valid);
   relcl_spm_destroy(r->spm);
-  free(r->host);
-  free(r->model_json);
   free(r->config_json);
   free(r->train_h.x), free(r->train_h.y), free(r->valid_h.x), free(r->valid_h.y);
   relcl_text_destroy(r->bleu_src);
@@ -1102,7 +1144,7 @@ static int run_main(run *r, int argc, char **argv) {
     train_config_usage(stdout, PROG);
     return 0;
   }
-  if (r->cfg.translate) return train_translate(&r->cfg);
+  if (r->cfg.translate) return translate_file(&r->cfg);
   r->config_json = train_config_json(&r->cfg, 0);
   if (!r->config_json) return errorf(NULL, "out of memory"), 1;
   if (r->cfg.dump_config) {
@@ -1152,6 +1194,13 @@ static int run_main(run *r, int argc, char **argv) {
       free(skipped);
     }
     if (st != RELCL_OK) return errorf(r, "cannot resume: %s", relcl_last_error()), 1;
+    if (relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_AVERAGE_KEY)) { /* no optimizer state */
+      errorf(r, "cannot resume from %s: it is an average of %s checkpoints (relcl-average); "
+             "move it out of %s", relcl_checkpoint_path(ck),
+             relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_AVERAGE_KEY), r->dir);
+      relcl_checkpoint_close(ck);
+      return 1;
+    }
     printf("resuming from %s\n", relcl_checkpoint_path(ck));
   } else if (r->cfg.resume) {
     printf("%s: no checkpoint yet; starting from step 0\n", r->dir);
@@ -1163,11 +1212,6 @@ static int run_main(run *r, int argc, char **argv) {
   if ((root || r->cfg.spm_model) && setup_vocab(r, ck != NULL)) goto out;
   if (!r->cfg.spm_model && train_mpi_size() > 1 && mpi_share_vocab(r)) goto out;
   train_config_model(&r->cfg, relcl_spm_vocab_size(r->spm), &r->mcfg);
-  r->model_json = train_model_json(&r->mcfg, r->vocab_hash);
-  if (!r->model_json) {
-    errorf(r, "out of memory");
-    goto out;
-  }
   /* the configuration check comes before anything is written into the directory */
   if (ck && check_resume_config(r, ck)) goto out;
   if (root && keep_vocab(r)) goto out;
@@ -1177,9 +1221,9 @@ static int run_main(run *r, int argc, char **argv) {
   if (train_mpi_active() && mpi_agree_start(r, r->spm)) goto out;
   if (ck && resume_meta(r, ck)) goto out;
 
-  char dev[256];
+  char devbuf[256];
   bool bad_map = false;
-  const char *device = train_mpi_device(r->cfg.device, r->cfg.device_map, dev, sizeof dev,
+  const char *device = train_mpi_device(r->cfg.device, r->cfg.device_map, devbuf, sizeof devbuf,
                                         &bad_map, err, sizeof err);
   if (bad_map) {
     errorf(r, "%s", err);
@@ -1197,11 +1241,6 @@ static int run_main(run *r, int argc, char **argv) {
     goto out;
   }
   r->nparam = relcl_model_param_count(r->model);
-  r->host = malloc(3 * r->nparam * sizeof(float));
-  if (!r->host) {
-    errorf(r, "out of host memory for %zu parameters", r->nparam);
-    goto out;
-  }
   char desc[256];
   relcl_model_config_describe(&r->mcfg, desc, sizeof desc);
   printf("model: %s; %zu parameters in %zu tensors\n", desc, r->nparam,

@@ -1,11 +1,12 @@
 /* relcl-translate: translates raw sentences, one per line, with a model trained by relcl-train:
  * beam search over the cached incremental decoder, detokenized by the model's SentencePiece
  * vocabulary. Always exactly one output line per input line (n lines with --n-best n). Thin:
- * loading and batching live in translate_model.c, decoding in librelcl. */
+ * batching lives in translate_model.c, loading and decoding in librelcl. */
 #include "relcl.h"
 #include "translate_model.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -74,6 +75,28 @@ static bool parse_real(const char *s, double lo, double hi, double *out) {
   return true;
 }
 
+enum { OPT_MODEL = 256, OPT_CHECKPOINT, OPT_SPM, OPT_INPUT, OPT_OUTPUT, OPT_BEAM, OPT_LP,
+       OPT_LEN_A, OPT_LEN_B, OPT_EXTRA, OPT_NBEST, OPT_BATCH, OPT_DEVICE, OPT_QUIET, OPT_HELP };
+
+static const struct option long_opts[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+    {"spm-model", required_argument, NULL, OPT_SPM},
+    {"input", required_argument, NULL, OPT_INPUT},
+    {"output", required_argument, NULL, OPT_OUTPUT},
+    {"beam-size", required_argument, NULL, OPT_BEAM},
+    {"length-penalty", required_argument, NULL, OPT_LP},
+    {"max-length-a", required_argument, NULL, OPT_LEN_A},
+    {"max-length-b", required_argument, NULL, OPT_LEN_B},
+    {"max-extra", required_argument, NULL, OPT_EXTRA},
+    {"n-best", required_argument, NULL, OPT_NBEST},
+    {"batch-size", required_argument, NULL, OPT_BATCH},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
 /* Returns 0, or 2 after a message. */
 static int parse_args(opts *o, int argc, char **argv) {
   memset(o, 0, sizeof *o);
@@ -83,55 +106,50 @@ static int parse_args(opts *o, int argc, char **argv) {
   o->length_penalty = 0.6;
   o->max_len_a = 1.0;
   o->max_len_b = 50;
-  for (int i = 1; i < argc; i++) {
-    char *arg = argv[i], *val = NULL;
-    if (strncmp(arg, "--", 2) != 0) return usage_error("unexpected argument '%s'", arg);
-    char name[64];
-    char *eq = strchr(arg, '=');
-    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (len >= sizeof name) return usage_error("unknown option '%s'", arg);
-    memcpy(name, arg, len);
-    name[len] = '\0';
-    if (strcmp(name, "--help") == 0 || strcmp(name, "--quiet") == 0) {
-      if (eq) return usage_error("%s takes no value", name);
-      if (name[2] == 'h') o->help = 1;
-      else o->quiet = 1;
+  opterr = 0; /* our own one-line messages */
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    /* getopt_long has just stepped past the option it returns */
+    if (c == '?') return usage_error("unknown option '%s'", argv[optind - 1]);
+    if (c == ':') return usage_error("%s needs a value", argv[optind - 1]);
+    if (c == 'h' || c == OPT_HELP) {
+      o->help = 1;
       continue;
     }
-    static const char *const with_value[] = {
-        "--model",          "--checkpoint",     "--spm-model",  "--input",  "--output",
-        "--beam-size",      "--length-penalty", "--max-length-a", "--max-length-b",
-        "--max-extra",      "--n-best",         "--batch-size", "--device", NULL};
-    bool known = false;
-    for (int k = 0; with_value[k]; k++) known |= strcmp(name, with_value[k]) == 0;
-    if (!known) return usage_error("unknown option '%s'", name);
-    if (eq) val = eq + 1;
-    else if (i + 1 < argc) val = argv[++i];
-    else return usage_error("%s needs a value", name);
-    if (val[0] == '\0') return usage_error("%s: empty value", name);
+    if (c == OPT_QUIET) {
+      o->quiet = 1;
+      continue;
+    }
+    const char *val = optarg;
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", long_opts[c - OPT_MODEL].name);
+    if (val[0] == '\0') return usage_error("%s: empty value", flag);
     bool ok = true;
-    if (strcmp(name, "--model") == 0) o->model = val;
-    else if (strcmp(name, "--checkpoint") == 0) o->checkpoint = val;
-    else if (strcmp(name, "--spm-model") == 0) o->spm = val;
-    else if (strcmp(name, "--input") == 0) o->input = val;
-    else if (strcmp(name, "--output") == 0) o->output = val;
-    else if (strcmp(name, "--device") == 0) o->device = val;
-    else if (strcmp(name, "--beam-size") == 0) ok = parse_int(val, 1, 1024, &o->beam);
-    else if (strcmp(name, "--n-best") == 0) ok = parse_int(val, 1, 1024, &o->n_best);
-    else if (strcmp(name, "--batch-size") == 0) ok = parse_int(val, 1, 100000, &o->batch_size);
-    else if (strcmp(name, "--max-length-b") == 0) ok = parse_int(val, 0, 1000000, &o->max_len_b);
-    else if (strcmp(name, "--max-length-a") == 0) ok = parse_real(val, 0.0, 1e4, &o->max_len_a);
-    else if (strcmp(name, "--length-penalty") == 0)
-      ok = parse_real(val, -100.0, 100.0, &o->length_penalty);
-    else if (strcmp(name, "--max-extra") == 0) {
+    switch (c) {
+    case OPT_MODEL: o->model = val; break;
+    case OPT_CHECKPOINT: o->checkpoint = val; break;
+    case OPT_SPM: o->spm = val; break;
+    case OPT_INPUT: o->input = val; break;
+    case OPT_OUTPUT: o->output = val; break;
+    case OPT_DEVICE: o->device = val; break;
+    case OPT_BEAM: ok = parse_int(val, 1, 1024, &o->beam); break;
+    case OPT_NBEST: ok = parse_int(val, 1, 1024, &o->n_best); break;
+    case OPT_BATCH: ok = parse_int(val, 1, 100000, &o->batch_size); break;
+    case OPT_LEN_B: ok = parse_int(val, 0, 1000000, &o->max_len_b); break;
+    case OPT_LEN_A: ok = parse_real(val, 0.0, 1e4, &o->max_len_a); break;
+    case OPT_LP: ok = parse_real(val, -100.0, 100.0, &o->length_penalty); break;
+    case OPT_EXTRA:
       ok = parse_int(val, 0, 1000000, &o->max_len_b);
       o->max_len_a = 1.0;
+      break;
+    default: break;
     }
     if (!ok) {
-      fprintf(stderr, PROG ": %s: invalid value '%s' (try --help)\n", name, val);
+      fprintf(stderr, PROG ": %s: invalid value '%s' (try --help)\n", flag, val);
       return 2;
     }
   }
+  if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
   if (o->help) return 0;
   if (o->model == NULL) return usage_error("%s is required", "--model");
   if (o->n_best > o->beam) {
@@ -195,15 +213,22 @@ typedef struct reader {
   size_t cap;
   size_t line_no;
   size_t bad_utf8;
+  int err_no; /* errno of a failed read */
 } reader;
 
 /* The next line (without its '\n' and one '\r' before it), or NULL at the end; *err set on a
  * read error or out of memory. */
 static char *read_line(reader *r, bool *err) {
   *err = false;
+  errno = 0;
   ssize_t n = getline(&r->buf, &r->cap, r->in);
   if (n < 0) {
-    *err = ferror(r->in) != 0;
+    /* Only feof means the end: glibc's getline returns -1 for ENOMEM (and EOVERFLOW) without
+     * setting the error flag, and taking that for the end would drop the rest silently. */
+    if (ferror(r->in) || !feof(r->in)) {
+      *err = true;
+      r->err_no = errno ? errno : EIO;
+    }
     return NULL;
   }
   size_t len = (size_t)n;
@@ -217,7 +242,10 @@ static char *read_line(reader *r, bool *err) {
   r->line_no++;
   bool bad;
   char *line = sanitize(s, len, &bad);
-  if (line == NULL) *err = true;
+  if (line == NULL) {
+    *err = true;
+    r->err_no = ENOMEM;
+  }
   r->bad_utf8 += bad;
   return line;
 }
@@ -241,7 +269,7 @@ int main(int argc, char **argv) {
   tm_files files;
   relcl_context *ctx = NULL;
   relcl_model *model = NULL;
-  reader rd = {NULL, NULL, 0, 0, 0};
+  reader rd = {NULL, NULL, 0, 0, 0, 0};
   FILE *out = stdout;
   char **lines = NULL, **res = NULL;
   double *scores = NULL;
@@ -309,8 +337,8 @@ int main(int argc, char **argv) {
     bool rerr = false;
     while (n < chunk && (lines[n] = read_line(&rd, &rerr)) != NULL) n++;
     if (rerr) {
-      fprintf(stderr, PROG ": reading %s: %s\n", o.input ? o.input : "standard input",
-              errno ? strerror(errno) : "read error");
+      fprintf(stderr, PROG ": reading %s after line %zu: %s\n",
+              o.input ? o.input : "standard input", rd.line_no, strerror(rd.err_no));
       goto done;
     }
     if (n == 0) break;

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,32 +113,43 @@ static void make_dirs(char *path) {
 }
 
 int main(int argc, char **argv) {
+  static const struct option long_opts[] = {
+      {"device", required_argument, NULL, 'd'}, {"size", required_argument, NULL, 's'},
+      {"effort", required_argument, NULL, 'e'}, {"output", required_argument, NULL, 'o'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+  };
   const char *device = getenv("RELCL_DEVICE"), *size = "512", *effort = "1";
   const char *output = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+  int c;
+  opterr = 0; /* our own one-line messages */
+  while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    /* getopt_long has just stepped past the option it returns */
+    if (c == '?' || c == ':') {
+      fprintf(stderr, PROG ": %s '%s' (try --help)\n",
+              c == ':' ? "missing value for" : "unknown argument", argv[optind - 1]);
+      return 2;
+    }
+    if (c == 'h') {
       usage(stdout);
       return 0;
     }
-    bool known = !strcmp(a, "--device") || !strcmp(a, "--size") || !strcmp(a, "--effort") ||
-                 !strcmp(a, "--output");
-    if (!known || i + 1 >= argc) {
-      fprintf(stderr, PROG ": %s '%s' (try --help)\n",
-              known ? "missing value for" : "unknown argument", a);
-      return 2;
-    }
-    const char *v = argv[++i];
-    if (!strcmp(a, "--device")) device = v;
-    if (!strcmp(a, "--size")) size = v;
-    if (!strcmp(a, "--effort")) effort = v;
-    if (!strcmp(a, "--output")) output = v;
+    if (c == 'd') device = optarg;
+    if (c == 's') size = optarg;
+    if (c == 'e') effort = optarg;
+    if (c == 'o') output = optarg;
   }
-  if (atoi(size) < 16 || atoi(size) > 8192) {
+  if (optind < argc) {
+    fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
+    return 2;
+  }
+  char *end;
+  long n = strtol(size, &end, 10);
+  if (*end || end == size || n < 16 || n > 8192) {
     fprintf(stderr, PROG ": --size %s: give a matrix size from 16 to 8192\n", size);
     return 2;
   }
-  if (!(atof(effort) > 0 && atof(effort) <= 1000)) {
+  double x = strtod(effort, &end);
+  if (*end || end == effort || !(x > 0 && x <= 1000)) {
     fprintf(stderr, PROG ": --effort %s: give a number in (0, 1000]\n", effort);
     return 2;
   }

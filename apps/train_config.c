@@ -1,6 +1,5 @@
 /* relcl-train's options: the table, flag and config-file parsing (libyaml for YAML, cJSON
- * for JSON), resolution (defaults < preset < file < flags), the JSON dump, and the canonical
- * model JSON of checkpoints. */
+ * for JSON), resolution (defaults < preset < file < flags) and the JSON dump (cJSON). */
 #include "train_config.h"
 
 #include <cjson/cJSON.h>
@@ -51,9 +50,9 @@ static const opt options[] = {
     {"vocab-size", T_INT, OFF(vocab_size), 5, 1000000, 0, NULL, "N", "vocabulary size of a SentencePiece model trained here [8000]", NULL},
 
     {"preset", T_CHOICE, OFF(preset), 0, 0, 0, "tiny|base|big", "NAME", "model sizes to start from; the flags below override them [base]", "model"},
-    {"layers", T_LAYERS, 0, 1, 1000, 0, NULL, "N", "encoder and decoder layers", NULL},
-    {"enc-layers", T_INT, OFF(enc_layers), 1, 1000, 0, NULL, "N", "encoder layers", NULL},
-    {"dec-layers", T_INT, OFF(dec_layers), 1, 1000, 0, NULL, "N", "decoder layers", NULL},
+    {"layers", T_LAYERS, 0, 1, RELCL_MODEL_MAX_LAYERS, 0, NULL, "N", "encoder and decoder layers", NULL},
+    {"enc-layers", T_INT, OFF(enc_layers), 1, RELCL_MODEL_MAX_LAYERS, 0, NULL, "N", "encoder layers", NULL},
+    {"dec-layers", T_INT, OFF(dec_layers), 1, RELCL_MODEL_MAX_LAYERS, 0, NULL, "N", "decoder layers", NULL},
     {"d-model", T_INT, OFF(d_model), 1, 65536, 0, NULL, "N", "model width", NULL},
     {"heads", T_INT, OFF(heads), 1, 1024, 0, NULL, "N", "attention heads (must divide --d-model)", NULL},
     {"d-ff", T_INT, OFF(d_ff), 1, 1 << 20, 0, NULL, "N", "feed-forward width", NULL},
@@ -316,6 +315,10 @@ static void free_settings(settings *s) {
 
 /* ---- config files ---- */
 
+/* A flat mapping of a few dozen options is a few kB; the limit makes /dev/zero or a wrong
+ * path a clear error rather than an allocation failure. */
+#define MAX_CONFIG_BYTES ((size_t)1 << 20)
+
 static char *read_file(const char *path, size_t *len, char *err, size_t errsize) {
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -325,6 +328,13 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errsize)
   size_t cap = 4096, n = 0;
   char *buf = malloc(cap);
   while (buf) {
+    if (n > MAX_CONFIG_BYTES) {
+      fclose(f);
+      free(buf);
+      say(err, errsize, "--config: %s: larger than %zu kB, not a config file", path,
+          MAX_CONFIG_BYTES >> 10);
+      return NULL;
+    }
     if (n + 1 >= cap) {
       char *b = realloc(buf, cap *= 2);
       if (!b) {
@@ -364,11 +374,39 @@ static int add_file_key(settings *s, const char *path, size_t line, const char *
     say(err, errsize, "%s: only allowed on the command line", where);
     return 2;
   }
+  /* once each, whatever the spelling: which of two values wins would be a guess */
+  for (size_t i = 0; i < s->n; i++)
+    if (s->v[i].o == o) {
+      say(err, errsize, "%s: the same option as %s; set it once", where, s->v[i].where);
+      return 2;
+    }
   if (add_setting(s, o, value, is_null, where) != 0) {
     say(err, errsize, "out of memory");
     return 2;
   }
   return 0;
+}
+
+/* The line of each key of the top-level object of valid JSON text, in order (cJSON keeps
+ * no positions); malloc'ed, NULL when out of memory. */
+static size_t *json_key_lines(const char *text, size_t n_keys) {
+  size_t *lines = calloc(n_keys + 1, sizeof *lines), k = 0, line = 1;
+  int depth = 0;
+  bool expect_key = false;
+  for (const char *p = text; lines && *p && k < n_keys; p++) {
+    if (*p == '\n') line++;
+    else if (*p == '{' || *p == '[') depth++, expect_key = depth == 1 && *p == '{';
+    else if (*p == '}' || *p == ']') depth--;
+    else if (*p == ',' && depth == 1) expect_key = true;
+    else if (*p == '"') {
+      if (expect_key) lines[k++] = line;
+      expect_key = false;
+      for (p++; *p && *p != '"'; p++) /* strings hold no raw newline in valid JSON */
+        if (*p == '\\' && p[1]) p++;
+      if (!*p) break;
+    }
+  }
+  return lines;
 }
 
 static int parse_json_file(const char *path, const char *text, settings *s, char *err,
@@ -387,7 +425,12 @@ static int parse_json_file(const char *path, const char *text, settings *s, char
     say(err, errsize, "%s: expected a JSON object of options", path);
     rc = 2;
   }
-  for (cJSON *it = root->child; rc == 0 && it; it = it->next) {
+  size_t *lines = rc == 0 ? json_key_lines(text, (size_t)cJSON_GetArraySize(root)) : NULL, k = 0;
+  if (rc == 0 && lines == NULL) {
+    say(err, errsize, "out of memory");
+    rc = 2;
+  }
+  for (cJSON *it = root->child; rc == 0 && it; it = it->next, k++) {
     char buf[64];
     const char *value = NULL;
     bool is_null = false;
@@ -409,8 +452,9 @@ static int parse_json_file(const char *path, const char *text, settings *s, char
       rc = 2;
       break;
     }
-    rc = add_file_key(s, path, 0, it->string, value, is_null, err, errsize);
+    rc = add_file_key(s, path, lines[k], it->string, value, is_null, err, errsize);
   }
+  free(lines);
   cJSON_Delete(root);
   return rc;
 }
@@ -700,101 +744,72 @@ void train_config_free(train_config *cfg) {
 
 /* ---- output ---- */
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int need = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (need < 0) {
-    b->oom = true;
-    return;
-  }
-  if (b->n + (size_t)need + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + (size_t)need + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-  va_end(ap);
-  b->n += (size_t)need;
-}
-
-static char *sb_done(sbuf *b) {
-  if (b->oom) {
-    free(b->p);
-    return NULL;
-  }
-  return b->p ? b->p : xstrdup("");
-}
-
-static void sb_json_string(sbuf *b, const char *s) {
-  sb_add(b, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') sb_add(b, "\\%c", *p);
-    else if (*p == '\n') sb_add(b, "\\n");
-    else if (*p == '\t') sb_add(b, "\\t");
-    else if (*p < 0x20) sb_add(b, "\\u%04x", *p);
-    else sb_add(b, "%c", *p);
-  }
-  sb_add(b, "\"");
+/* An integer option as a JSON number, exactly: int64 values past 2^53 would lose digits as
+ * cJSON's double; the seed beyond 2^53 is a string, which --config reads back too. */
+static cJSON *json_integer(int64_t v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%" PRId64, v);
+  return cJSON_CreateRaw(buf);
 }
 
 char *train_config_json(const train_config *cfg, int pretty) {
-  sbuf b = {0};
+  cJSON *root = cJSON_CreateObject();
   const char *base = (const char *)cfg;
-  bool first = true;
-  sb_add(&b, "{%s", pretty ? "\n  " : "");
-  for (size_t i = 0; i < N_OPTIONS; i++) {
+  bool ok = root != NULL;
+  for (size_t i = 0; ok && i < N_OPTIONS; i++) {
     const opt *o = &options[i];
     if (o->type == T_MODE || o->type == T_LAYERS) continue;
-    sb_add(&b, "%s\"%s\": ", first ? "" : pretty ? ",\n  " : ", ", o->name);
-    first = false;
     const void *f = base + o->off;
-    char num[40];
+    cJSON *v = NULL;
     switch (o->type) {
     case T_STR:
     case T_CHOICE:
-      if (*(char *const *)f) sb_json_string(&b, *(char *const *)f);
-      else sb_add(&b, "null");
+      v = *(char *const *)f ? cJSON_CreateString(*(char *const *)f) : cJSON_CreateNull();
       break;
     case T_INT:
-      sb_add(&b, "%d", *(const int *)f);
+      v = cJSON_CreateNumber(*(const int *)f);
       break;
     case T_I64:
-      sb_add(&b, "%" PRId64, *(const int64_t *)f);
+      v = json_integer(*(const int64_t *)f);
       break;
-    case T_U64: /* a string when JSON doubles cannot hold it exactly */
-      if (*(const uint64_t *)f > (1ull << 53)) sb_add(&b, "\"%" PRIu64 "\"", *(const uint64_t *)f);
-      else sb_add(&b, "%" PRIu64, *(const uint64_t *)f);
+    case T_U64: {
+      uint64_t u = *(const uint64_t *)f;
+      char buf[32];
+      snprintf(buf, sizeof buf, "%" PRIu64, u);
+      v = u > (1ull << 53) ? cJSON_CreateString(buf) : cJSON_CreateRaw(buf);
       break;
+    }
     case T_REAL:
-      fmt_real(num, sizeof num, *(const double *)f);
-      sb_add(&b, "%s", num);
+      v = cJSON_CreateNumber(*(const double *)f);
       break;
     case T_BOOL:
-      sb_add(&b, "%s", *(const int *)f ? "true" : "false");
+      v = cJSON_CreateBool(*(const int *)f != 0);
       break;
     default:
       break;
     }
+    ok = v != NULL && cJSON_AddItemToObject(root, o->name, v);
+    if (v != NULL && !ok) cJSON_Delete(v);
   }
-  sb_add(&b, "%s}%s", pretty ? "\n" : "", pretty ? "\n" : "");
-  return sb_done(&b);
+  char *s = ok ? (pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root)) : NULL;
+  cJSON_Delete(root);
+  if (s == NULL || !pretty) return s;
+  /* cJSON indents with tabs, which YAML forbids: two spaces, "key": value, a final newline.
+   * Every tab is layout (cJSON writes a tab inside a string as \t). */
+  size_t n = strlen(s), tabs = 0;
+  for (size_t i = 0; i < n; i++) tabs += s[i] == '\t';
+  char *out = malloc(n + tabs + 2), *q = out;
+  if (out != NULL) {
+    for (size_t i = 0; i < n; i++) {
+      if (s[i] != '\t') *q++ = s[i];
+      else if (i > 0 && s[i - 1] == ':') *q++ = ' ';
+      else *q++ = ' ', *q++ = ' ';
+    }
+    *q++ = '\n';
+    *q = '\0';
+  }
+  cJSON_free(s);
+  return out;
 }
 
 void train_config_usage(FILE *out, const char *prog) {
@@ -835,131 +850,4 @@ void train_config_model(const train_config *cfg, int vocab, relcl_model_config *
   m->rel_keys_only = cfg->rel_keys_only;
   m->pre_norm = cfg->pre_norm;
   m->max_length = cfg->max_length + 1; /* a side plus its BOS or EOS */
-}
-
-/* ---- the model's canonical JSON ---- */
-
-char *train_model_json(const relcl_model_config *m, uint64_t vocab_hash) {
-  sbuf b = {0};
-  char dropout[32], ls[32];
-  fmt_float(dropout, sizeof dropout, m->dropout);
-  fmt_float(ls, sizeof ls, m->label_smoothing);
-  sb_add(&b,
-         "{\"vocab\": %d, \"vocab-fnv1a64\": \"%016" PRIx64 "\", \"enc-layers\": %d, "
-         "\"dec-layers\": %d, \"d-model\": %d, \"heads\": %d, \"d-ff\": %d, \"dropout\": %s, "
-         "\"label-smoothing\": %s, \"positions\": \"%s\", \"max-relative-position\": %d, "
-         "\"relative-per-head\": %s, \"relative-keys-only\": %s, \"pre-norm\": %s, "
-         "\"max-length\": %d}",
-         m->vocab, vocab_hash, m->enc_layers, m->dec_layers, m->d_model, m->heads, m->d_ff,
-         dropout, ls, positions_name(m->positions), m->max_rel,
-         m->rel_per_head ? "true" : "false", m->rel_keys_only ? "true" : "false",
-         m->pre_norm ? "true" : "false", m->max_length);
-  return sb_done(&b);
-}
-
-int train_model_from_json(const char *json, relcl_model_config *m, uint64_t *vocab_hash,
-                          char *err, size_t errsize) {
-  memset(m, 0, sizeof *m);
-  cJSON *root = cJSON_Parse(json);
-  if (!cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    say(err, errsize, "relcl.config is not a JSON object");
-    return -1;
-  }
-  struct {
-    const char *key;
-    int *dst;
-    int is_bool;
-  } ints[] = {
-      {"vocab", &m->vocab, 0},
-      {"enc-layers", &m->enc_layers, 0},
-      {"dec-layers", &m->dec_layers, 0},
-      {"d-model", &m->d_model, 0},
-      {"heads", &m->heads, 0},
-      {"d-ff", &m->d_ff, 0},
-      {"max-relative-position", &m->max_rel, 0},
-      {"relative-per-head", &m->rel_per_head, 1},
-      {"relative-keys-only", &m->rel_keys_only, 1},
-      {"pre-norm", &m->pre_norm, 1},
-      {"max-length", &m->max_length, 0},
-  };
-  int rc = 0;
-  for (size_t i = 0; rc == 0 && i < sizeof ints / sizeof ints[0]; i++) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(root, ints[i].key);
-    if (ints[i].is_bool ? !cJSON_IsBool(v) : !cJSON_IsNumber(v)) {
-      say(err, errsize, "relcl.config: \"%s\" is missing or not a %s", ints[i].key,
-          ints[i].is_bool ? "boolean" : "number");
-      rc = -1;
-    } else {
-      *ints[i].dst = ints[i].is_bool ? cJSON_IsTrue(v) : v->valueint;
-    }
-  }
-  cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "dropout");
-  cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "label-smoothing");
-  cJSON *pos = cJSON_GetObjectItemCaseSensitive(root, "positions");
-  cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "vocab-fnv1a64");
-  if (rc == 0 && (!cJSON_IsNumber(d) || !cJSON_IsNumber(ls))) {
-    say(err, errsize, "relcl.config: \"dropout\" or \"label-smoothing\" is missing");
-    rc = -1;
-  }
-  if (rc == 0 && (!cJSON_IsString(pos) || !choice_ok("absolute|relative|both", pos->valuestring))) {
-    say(err, errsize, "relcl.config: \"positions\" is missing or unknown");
-    rc = -1;
-  }
-  char *end = NULL;
-  if (rc == 0 && cJSON_IsString(h) && strlen(h->valuestring) == 16)
-    *vocab_hash = strtoull(h->valuestring, &end, 16);
-  if (rc == 0 && (!end || *end != '\0')) {
-    say(err, errsize, "relcl.config: \"vocab-fnv1a64\" is missing or not 16 hex digits");
-    rc = -1;
-  }
-  if (rc == 0) {
-    m->dropout = (float)d->valuedouble;
-    m->label_smoothing = (float)ls->valuedouble;
-    m->positions = strcmp(pos->valuestring, "absolute") == 0 ? RELCL_POS_ABSOLUTE
-                   : strcmp(pos->valuestring, "both") == 0   ? RELCL_POS_BOTH
-                                                             : RELCL_POS_RELATIVE;
-  }
-  cJSON_Delete(root);
-  return rc;
-}
-
-int train_model_mismatch(const relcl_model_config *have, uint64_t have_hash,
-                         const relcl_model_config *want, uint64_t want_hash, char *err,
-                         size_t errsize) {
-  if (have_hash != want_hash) {
-    say(err, errsize,
-        "another vocabulary (SentencePiece model hash %016" PRIx64 ", this run has %016" PRIx64
-        ")",
-        have_hash, want_hash);
-    return 1;
-  }
-  struct {
-    const char *flag;
-    int a, b;
-  } f[] = {
-      {"vocabulary size", have->vocab, want->vocab},
-      {"--enc-layers", have->enc_layers, want->enc_layers},
-      {"--dec-layers", have->dec_layers, want->dec_layers},
-      {"--d-model", have->d_model, want->d_model},
-      {"--heads", have->heads, want->heads},
-      {"--d-ff", have->d_ff, want->d_ff},
-      {"--positions", (int)have->positions, (int)want->positions},
-      {"--max-relative-position", have->max_rel, want->max_rel},
-      {"--relative-per-head", have->rel_per_head, want->rel_per_head},
-      {"--relative-keys-only", have->rel_keys_only, want->rel_keys_only},
-      {"--pre-norm", have->pre_norm, want->pre_norm},
-  };
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    if (f[i].a == f[i].b) continue;
-    if (strcmp(f[i].flag, "--positions") == 0)
-      say(err, errsize, "--positions %s, this run has %s", positions_name(have->positions),
-          positions_name(want->positions));
-    else if (strncmp(f[i].flag, "--relative-", 11) == 0 || strcmp(f[i].flag, "--pre-norm") == 0)
-      say(err, errsize, "%s %s, this run has %s", f[i].flag, f[i].a ? "true" : "false",
-          f[i].b ? "true" : "false");
-    else say(err, errsize, "%s %d, this run has %d", f[i].flag, f[i].a, f[i].b);
-    return 1;
-  }
-  return 0;
 }

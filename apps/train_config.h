@@ -1,8 +1,7 @@
 /* relcl-train's options. One table drives the command-line flags, the config file (YAML or
  * JSON, a flat mapping of the same names), --dump-config and --help; flags override the file,
- * and both override the preset, which overrides the built-in defaults.
- * Also the canonical JSON of a model configuration, which checkpoints carry as
- * "relcl.config" and which a decoder reads back to rebuild the model. */
+ * and both override the preset, which overrides the built-in defaults. (The model's own JSON,
+ * "relcl.config" in checkpoints, is the library's: relcl_model_config_to_json.) */
 #ifndef RELCL_TRAIN_CONFIG_H
 #define RELCL_TRAIN_CONFIG_H
 
@@ -63,20 +62,5 @@ void train_config_usage(FILE *out, const char *prog);
 
 /* The model part of cfg, with vocab from the vocabulary and max_length counting BOS/EOS. */
 void train_config_model(const train_config *cfg, int vocab, relcl_model_config *out);
-
-/* ---- "relcl.config": the canonical JSON of a model ---- */
-
-/* One line, keys in a fixed order; vocab_hash is the SentencePiece model's
- * relcl_spm_hash, written as 16 hex digits. Caller frees. */
-char *train_model_json(const relcl_model_config *m, uint64_t vocab_hash);
-/* Read it back; 0 on success, else -1 with a line in err. */
-int train_model_from_json(const char *json, relcl_model_config *m, uint64_t *vocab_hash,
-                          char *err, size_t errsize);
-/* The first field that would make the weights of `have` unusable for `want` (architecture or
- * vocabulary; not dropout, label smoothing or max_length), described in err as
- * "--d-model 32, this run has 64". Returns 1 when they differ, 0 when compatible. */
-int train_model_mismatch(const relcl_model_config *have, uint64_t have_hash,
-                         const relcl_model_config *want, uint64_t want_hash, char *err,
-                         size_t errsize);
 
 #endif

@@ -34,6 +34,8 @@ static struct {
   float *acc;    /* the running sum */
   float *slots;  /* ranks > 0: their micro-batches' gradients until the sum arrives */
   size_t nslots;
+  float *host; /* scratch for hashes and broadcasts of parameters */
+  size_t host_n;
   double *slot_stats;
   double acc_stats[3];
   double t_step, t_mark, compute, wait;
@@ -190,7 +192,7 @@ void train_mpi_finalize(int rc, bool together) {
 #endif
   free(S.hosts), free(S.counts), free(S.ema), free(S.metrics);
   free(S.iv_compute), free(S.iv_micro_r), free(S.iv_wait);
-  free(S.acc), free(S.slots), free(S.slot_stats);
+  free(S.acc), free(S.slots), free(S.slot_stats), free(S.host);
   S.active = false;
 }
 
@@ -284,8 +286,21 @@ int train_mpi_bcast_bytes(void **buf, size_t *size) {
   return 0;
 }
 
-relcl_status train_mpi_sync_params(relcl_model *model, float *host) {
+/* nparam floats of host scratch for parameter hashes and broadcasts */
+static float *scratch(size_t np) {
+  if (S.host_n < np) {
+    float *p = realloc(S.host, np * sizeof *p);
+    if (!p) return NULL;
+    S.host = p;
+    S.host_n = np;
+  }
+  return S.host;
+}
+
+relcl_status train_mpi_sync_params(relcl_model *model) {
   size_t np = relcl_model_param_count(model);
+  float *host = scratch(np);
+  if (!host) return RELCL_ERR_OUT_OF_MEMORY;
   relcl_arena arenas[3] = {RELCL_ARENA_PARAMS, RELCL_ARENA_ADAM_M, RELCL_ARENA_ADAM_V};
   relcl_status st = RELCL_OK;
   for (int k = 0; k < 3; k++) {
@@ -474,10 +489,11 @@ relcl_status train_mpi_reduce(relcl_model *model, relcl_model_stats *s) {
   return RELCL_OK;
 }
 
-relcl_status train_mpi_check_params(relcl_model *model, uint64_t step, int64_t every,
-                                    float *host) {
+relcl_status train_mpi_check_params(relcl_model *model, uint64_t step, int64_t every) {
   if (!S.active || S.size == 1 || every <= 0 || step % (uint64_t)every != 0) return RELCL_OK;
   size_t np = relcl_model_param_count(model);
+  float *host = scratch(np);
+  if (!host) return RELCL_ERR_OUT_OF_MEMORY;
   relcl_status st;
   if (S.rank == S.perturb_rank && step == S.perturb_step) {
     /* test hook: a rank whose parameters drifted (as a device with other rounding would) */
@@ -504,7 +520,7 @@ relcl_status train_mpi_check_params(relcl_model *model, uint64_t step, int64_t e
   if (!differ) return RELCL_OK;
   S.iv_repairs++;
   fflush(stdout);
-  return train_mpi_sync_params(model, host);
+  return train_mpi_sync_params(model);
 }
 
 void train_mpi_describe(const char *device) {

@@ -55,9 +55,8 @@ int train_mpi_agree(const char *const *names, const uint64_t *hashes, int n);
 /* Rank 0's bytes to every rank: on rank 0 *buf and *size are read, elsewhere they receive a
  * malloc'd copy. 0, or 1 when out of memory. */
 int train_mpi_bcast_bytes(void **buf, size_t *size);
-/* Rank 0's parameters and both Adam moments into every rank's model; host holds 3 * nparam
- * floats of scratch. */
-relcl_status train_mpi_sync_params(relcl_model *model, float *host);
+/* Rank 0's parameters and both Adam moments into every rank's model. */
+relcl_status train_mpi_sync_params(relcl_model *model);
 
 /* ---- one update ---- */
 
@@ -75,8 +74,7 @@ relcl_status train_mpi_micro_done(relcl_model *model, relcl_model_stats *sm);
 relcl_status train_mpi_reduce(relcl_model *model, relcl_model_stats *s);
 /* Every `every` steps: compare a hash of the parameters across ranks; on a mismatch, say so
  * (rank 0) and give every rank rank 0's parameters and Adam moments. */
-relcl_status train_mpi_check_params(relcl_model *model, uint64_t step, int64_t every,
-                                    float *host);
+relcl_status train_mpi_check_params(relcl_model *model, uint64_t step, int64_t every);
 /* Rank 0: one line per rank naming its host and device (a collective call). */
 void train_mpi_describe(const char *device);
 /* Rank 0: one line about the ranks since the last call (shares, MPI wait per step, scaling

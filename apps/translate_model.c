@@ -1,9 +1,7 @@
 /* Loading a trained model for decoding, and translating lines of text with it: the checkpoint
- * says which model it is ("relcl.config", read back by train_config.c) and which vocabulary
- * ("relcl.spm_model" beside it, checked by hash). */
+ * says which model it is ("relcl.config", read by the library's relcl_model_checkpoint_config)
+ * and which vocabulary ("relcl.spm_model" beside it, checked by hash). */
 #include "translate_model.h"
-
-#include "train_config.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -95,12 +93,9 @@ int tm_files_open(tm_files *f, const char *model, const char *which, const char 
       goto fail;
     }
   }
-  const char *mj = relcl_checkpoint_meta_get(f->ck, RELCL_CHECKPOINT_CONFIG_KEY);
   uint64_t hash = 0;
-  char why[256];
-  if (mj == NULL || train_model_from_json(mj, &f->cfg, &hash, why, sizeof why) != 0) {
-    say(err, errsize, "%s: not a relcl-train checkpoint: %s", f->ck_path,
-        mj ? why : "no relcl.config metadata");
+  if (relcl_model_checkpoint_config(f->ck, &f->cfg, &hash) != RELCL_OK) {
+    say(err, errsize, "%s", relcl_last_error());
     goto fail;
   }
   if (spm != NULL) {
@@ -131,37 +126,11 @@ fail:
 
 int tm_model_load(const tm_files *f, relcl_context *ctx, relcl_model **out, char *err,
                   size_t errsize) {
-  relcl_model *m = NULL;
-  float *params = NULL;
-  *out = NULL;
-  if (relcl_model_create(ctx, &f->cfg, 1, &m) != RELCL_OK) {
-    say(err, errsize, "%s: %s", f->ck_path, relcl_last_error());
+  if (relcl_model_load_checkpoint(ctx, f->ck, 0, out, NULL) != RELCL_OK) {
+    say(err, errsize, "%s", relcl_last_error());
     return 1;
   }
-  params = malloc(relcl_model_param_count(m) * sizeof *params);
-  if (params == NULL) {
-    say(err, errsize, "out of host memory for %zu parameters", relcl_model_param_count(m));
-    goto fail;
-  }
-  memset(params, 0, relcl_model_param_count(m) * sizeof *params); /* padding between tensors */
-  for (size_t i = 0; i < relcl_model_tensor_count(m); i++) {
-    relcl_tensor_info t = relcl_model_tensor(m, i);
-    if (relcl_checkpoint_read(f->ck, t.name, t.ndim, t.shape, params + t.offset) != RELCL_OK) {
-      say(err, errsize, "%s", relcl_last_error());
-      goto fail;
-    }
-  }
-  if (relcl_model_arena_write(m, RELCL_ARENA_PARAMS, params) != RELCL_OK) {
-    say(err, errsize, "uploading the parameters: %s", relcl_last_error());
-    goto fail;
-  }
-  free(params);
-  *out = m;
   return 0;
-fail:
-  free(params);
-  relcl_model_destroy(m);
-  return 1;
 }
 
 /* ---- translating ---- */
@@ -240,7 +209,9 @@ int tm_translate(relcl_model *model, const relcl_spm *spm, const char *const *li
     n_items++;
   }
   qsort(items, n_items, sizeof *items, item_cmp);
-  src = malloc((size_t)BS * L * sizeof *src);
+  /* room for the longest source there is, not the longest the model allows */
+  const size_t longest = n_items ? (size_t)items[n_items - 1].len + 1 : 1;
+  src = malloc((size_t)BS * longest * sizeof *src);
   lens = malloc((size_t)BS * sizeof *lens);
   if (src == NULL || lens == NULL) {
     say(err, errsize, "out of host memory");

@@ -1,7 +1,7 @@
-/* What relcl-translate (and relcl-train's validation BLEU) share: finding a checkpoint and its
- * SentencePiece model, rebuilding the model from the checkpoint's "relcl.config", and
- * translating lines of text in length-sorted batches with beam search. Errors are one line
- * in err (no printing here). */
+/* What relcl-translate and relcl-train (--translate, --valid-bleu) share: finding a checkpoint
+ * and its SentencePiece model, loading the model it holds (relcl_model_load_checkpoint), and
+ * translating lines of text in length-sorted batches with the library's beam search. Errors
+ * are one line in err (no printing here). */
 #ifndef RELCL_TRANSLATE_MODEL_H
 #define RELCL_TRANSLATE_MODEL_H
 
@@ -31,7 +31,8 @@ int tm_files_open(tm_files *f, const char *model, const char *which, const char 
                   size_t errsize);
 void tm_files_close(tm_files *f);
 
-/* The model of f on ctx with the checkpoint's parameters. Returns 0, or 1 with err set. */
+/* The model of f on ctx with the checkpoint's parameters (relcl_model_load_checkpoint: NaN,
+ * infinities and bad configurations are refused). Returns 0, or 1 with err set. */
 int tm_model_load(const tm_files *f, relcl_context *ctx, relcl_model **out, char *err,
                   size_t errsize);
 

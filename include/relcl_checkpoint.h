@@ -144,8 +144,14 @@ relcl_status relcl_checkpoint_open_latest(const char *dir, relcl_checkpoint **ou
 
 /* ---- averaging --------------------------------------------------------------------- */
 
+/* What an averaged checkpoint's metadata adds: the number of inputs, and their paths as a
+ * JSON array of strings. relcl-train --resume refuses a checkpoint with these. */
+#define RELCL_CHECKPOINT_AVERAGE_KEY "relcl.average_of"
+#define RELCL_CHECKPOINT_AVERAGED_FROM_KEY "relcl.averaged_from"
+
 /* Write to out_path the element-wise mean (accumulated in double) of every tensor of
- * n >= 1 checkpoints, with the metadata of the last one plus "relcl.average_of" = n.
+ * n >= 1 checkpoints, with the metadata of the last one plus "relcl.average_of" = n and
+ * "relcl.averaged_from" = the paths (invalid UTF-8 bytes in them as '?').
  * Refused, naming the file and the tensor or key, when the tensor names or shapes differ
  * from the first checkpoint's, or when "relcl.config" differs (absent counts as a value).
  * out_path may be one of the inputs. Memory: about three times one checkpoint. */

@@ -15,6 +15,7 @@
 #define RELCL_MODEL_H
 
 #include "relcl.h"
+#include "relcl_checkpoint.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,9 +27,13 @@ typedef enum relcl_positions {
   RELCL_POS_BOTH = 3,
 } relcl_positions;
 
+/* The most encoder (and decoder) layers a model may have: dropout streams number the
+ * encoder's layers 0..30 and the decoder's 31..61 (lib/model_graph.c). */
+#define RELCL_MODEL_MAX_LAYERS 31
+
 typedef struct relcl_model_config {
   int vocab;            /* shared source/target vocabulary; ids 0..3 = pad, unk, bos, eos */
-  int enc_layers, dec_layers;
+  int enc_layers, dec_layers; /* 1 .. RELCL_MODEL_MAX_LAYERS */
   int d_model, heads, d_ff;
   float dropout;        /* residual, embedding and attention-weight dropout */
   float label_smoothing;
@@ -82,6 +87,82 @@ cl_mem relcl_model_arena(const relcl_model *model, relcl_arena which);
 /* Blocking copies of a whole arena (param_count floats). */
 relcl_status relcl_model_arena_read(relcl_model *model, relcl_arena which, float *dst);
 relcl_status relcl_model_arena_write(relcl_model *model, relcl_arena which, const float *src);
+
+/* ---- saving and loading (lib/model_io.c) ----
+ *
+ * A saved model is a relcl checkpoint (relcl_checkpoint.h, safetensors): every parameter
+ * under its tensor name, the configuration as JSON in the metadata key "relcl.config", and,
+ * when asked, the two Adam moments ("adam_m/NAME", "adam_v/NAME") and the optimizer's step
+ * ("relcl.adam_step", decimal). relcl-train's checkpoints are such files.
+ *
+ * The configuration's JSON is one object with exactly these keys (relcl-train's flag names):
+ *   "vocab", "vocab-fnv1a64" (the vocabulary's relcl_spm_hash, 16 lowercase hex digits),
+ *   "enc-layers", "dec-layers", "d-model", "heads", "d-ff", "dropout", "label-smoothing",
+ *   "positions" ("absolute" | "relative" | "both"), "max-relative-position",
+ *   "relative-per-head", "relative-keys-only", "pre-norm" (booleans), "max-length".
+ * Reading is strict, since a decoder allocates by these numbers: a missing, unknown or
+ * repeated key, a wrong type, a number that should be an integer and is not (500.7), or a
+ * value out of range (max-length over RELCL_MODEL_MAX_LENGTH, layers over 31, ...) is
+ * RELCL_ERR_FORMAT naming the key. */
+
+/* Longest max_length a saved configuration may declare (positions, BOS/EOS included). */
+#define RELCL_MODEL_MAX_LENGTH (1 << 21)
+/* Metadata key of the optimizer's step in a saved model. */
+#define RELCL_MODEL_ADAM_STEP_KEY "relcl.adam_step"
+
+/* The configuration as one line of JSON (keys as above, in that order). *out is malloc'ed;
+ * the caller frees it. A value that reading would refuse (max_length over
+ * RELCL_MODEL_MAX_LENGTH, ...) is RELCL_ERR_INVALID_ARG: what is saved can be loaded. */
+relcl_status relcl_model_config_to_json(const relcl_model_config *cfg, uint64_t vocab_hash,
+                                        char **out);
+/* Parse it back into *cfg and *vocab_hash (may be NULL). The message names the key. */
+relcl_status relcl_model_config_from_json(const char *json, relcl_model_config *cfg,
+                                          uint64_t *vocab_hash);
+/* The configuration of an open checkpoint ("relcl.config"); errors say "PATH: relcl.config:
+ * ...", or "PATH: no relcl.config: not a relcl model" when it has none. */
+relcl_status relcl_model_checkpoint_config(const relcl_checkpoint *ck, relcl_model_config *cfg,
+                                           uint64_t *vocab_hash);
+/* Whether the weights of a model of configuration `have` fit one of `want`: 1 when every
+ * field that shapes the parameters (vocab, layers, widths, heads, positions and their
+ * options) agrees, else 0 with the first difference in why as "d-model 32, not 64" (why may
+ * be NULL). dropout, label_smoothing and max_length do not count. */
+int relcl_model_config_compatible(const relcl_model_config *have, const relcl_model_config *want,
+                                  char *why, size_t size);
+
+/* Flag of relcl_model_save and relcl_model_restore: the Adam moments and step too. */
+enum { RELCL_MODEL_OPTIMIZER = 1 };
+
+typedef struct relcl_model_save_opts {
+  int flags;                        /* 0 or RELCL_MODEL_OPTIMIZER */
+  uint64_t adam_step;               /* with RELCL_MODEL_OPTIMIZER: Adam updates made so far */
+  uint64_t vocab_hash;              /* written into "relcl.config" (relcl_spm_hash) */
+  const relcl_checkpoint_meta *meta; /* further metadata, kept as given (may be NULL) */
+  size_t n_meta;                    /* keys must not be "relcl.config" or "relcl.adam_step" */
+} relcl_model_save_opts;
+
+/* Write the model to path atomically (relcl_checkpoint_save: a crash leaves the old file).
+ * Reads the arenas back from the device (blocking). */
+relcl_status relcl_model_save(relcl_model *model, const char *path,
+                              const relcl_model_save_opts *opts);
+
+/* Copy a checkpoint's parameters (and with RELCL_MODEL_OPTIMIZER its Adam moments, and the
+ * step into *adam_step, which may be NULL) into an existing model, bit for bit. Every tensor
+ * of the model must be in the file with its exact shape, every tensor of the file must be the
+ * model's (or its moment), and every value read finite: a missing, extra or misshapen tensor,
+ * or a NaN or infinity, is RELCL_ERR_FORMAT naming the tensor, and the model is then left as
+ * it was. The configuration in the file is not compared: see
+ * relcl_model_config_compatible. */
+relcl_status relcl_model_restore(relcl_model *model, const relcl_checkpoint *ck, int flags,
+                                 uint64_t *adam_step);
+
+/* Create the model a checkpoint describes ("relcl.config") on ctx, with its parameters
+ * (relcl_model_restore, flags as there). vocab_hash (may be NULL) receives the vocabulary's
+ * hash from the configuration, to check a SentencePiece model against (relcl_spm_hash). */
+relcl_status relcl_model_load_checkpoint(relcl_context *ctx, const relcl_checkpoint *ck,
+                                         int flags, relcl_model **out, uint64_t *vocab_hash);
+/* The same from a file (opened with relcl_checkpoint_open, checksums verified). */
+relcl_status relcl_model_load(relcl_context *ctx, const char *path, int flags,
+                              relcl_model **out, uint64_t *vocab_hash);
 
 /* ---- training ---- */
 

@@ -1,6 +1,7 @@
 /* On-disk cache of compiled program binaries, keyed by a hash of the source, the build
  * options, the device name, the driver version and the platform version. Every fault
- * (missing, short, corrupt, unwritable) just means "compile from source". */
+ * (missing, short, corrupt, unwritable) just means "compile from source"; a binary reaches
+ * the driver only after its size and a hash of all of it are checked. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -8,14 +9,30 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char magic[8] = {'R', 'E', 'L', 'C', 'L', 'B', 'I', 'N'};
+/* "RELCLBI2": entries of the first format (one FNV-1a of the body) are never read, only
+ * rebuilt and replaced. */
+static const char magic[8] = {'R', 'E', 'L', 'C', 'L', 'B', 'I', '2'};
 
 typedef struct header {
   char magic[8];
   char key[32];
   uint64_t size;
-  uint64_t checksum; /* FNV-1a of the binary, to catch a torn or damaged file */
+  uint64_t hash[2]; /* of magic, key, size and the whole binary: see entry_hash */
 } header;
+
+/* A driver trusts the lengths inside its binaries: PoCL read far out of bounds (SIGSEGV) on a
+ * body that was damaged but carried a matching 64-bit FNV-1a. So a binary is handed to the
+ * driver only when two differently seeded 64-bit hashes of the header fields and of every
+ * byte of the body match, and its size is exactly what is left of the file. */
+static void entry_hash(const header *h, const unsigned char *bin, uint64_t out[2]) {
+  static const uint64_t seed[2] = {RELCL__FNV_BASIS, 0x84222325cbf29ce4ULL};
+  for (int i = 0; i < 2; i++) {
+    uint64_t x = relcl__fnv1a64(seed[i], h->magic, sizeof h->magic);
+    x = relcl__fnv1a64(x, h->key, sizeof h->key);
+    x = relcl__fnv1a64(x, &h->size, sizeof h->size);
+    out[i] = relcl__fnv1a64(x, bin, (size_t)h->size);
+  }
+}
 
 static uint64_t fnv1a_str(uint64_t h, const char *s) { return relcl__fnv1a64(h, s, strlen(s) + 1); }
 
@@ -73,12 +90,18 @@ bool relcl__cache_load(const char *dir, const char *key, unsigned char **bin, si
   if (f == NULL) return false;
   header h;
   unsigned char *data = NULL;
-  bool ok = fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, magic, sizeof magic) == 0 &&
-            memcmp(h.key, key, 32) == 0 && h.size > 0 && h.size < ((uint64_t)1 << 31);
+  struct stat sb;
+  /* the size first, from the file system: no allocation or read of a size the file lacks */
+  bool ok = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && fread(&h, sizeof h, 1, f) == 1 &&
+            memcmp(h.magic, magic, sizeof magic) == 0 && memcmp(h.key, key, 32) == 0 &&
+            h.size > 0 && h.size < ((uint64_t)1 << 31) &&
+            (uint64_t)sb.st_size == sizeof h + h.size;
   if (ok) {
+    uint64_t hash[2];
     data = malloc((size_t)h.size);
-    ok = data != NULL && fread(data, 1, (size_t)h.size, f) == h.size && fgetc(f) == EOF &&
-         relcl__fnv1a64(RELCL__FNV_BASIS, data, (size_t)h.size) == h.checksum;
+    ok = data != NULL && fread(data, 1, (size_t)h.size, f) == h.size && fgetc(f) == EOF;
+    if (ok) entry_hash(&h, data, hash);
+    ok = ok && hash[0] == h.hash[0] && hash[1] == h.hash[1];
   }
   fclose(f);
   if (!ok) {
@@ -111,10 +134,11 @@ typedef struct entry {
 static relcl_status write_entry(relcl__file_out *out, void *arg) {
   const entry *e = arg;
   header h;
+  memset(&h, 0, sizeof h);
   memcpy(h.magic, magic, sizeof magic);
   memcpy(h.key, e->key, 32);
   h.size = e->size;
-  h.checksum = relcl__fnv1a64(RELCL__FNV_BASIS, e->bin, e->size);
+  entry_hash(&h, e->bin, h.hash);
   relcl__file_out_write(out, &h, sizeof h);
   relcl__file_out_write(out, e->bin, e->size);
   return RELCL_OK;

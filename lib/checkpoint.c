@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #define META_KEY "__metadata__"
-#define AVERAGE_KEY "relcl.average_of"
 #define FNV_BASIS 0xcbf29ce484222325ULL
 /* The Python package refuses larger headers; refusing them too keeps files loadable. */
 #define MAX_HEADER ((uint64_t)100000000)
@@ -389,13 +388,44 @@ static bool json_size(const cJSON *v, size_t *out) {
   return true;
 }
 
-static bool dup_child(const cJSON *obj, const char **dup) {
-  for (const cJSON *a = obj->child; a; a = a->next)
-    for (const cJSON *b = a->next; b; b = b->next)
-      if (strcmp(a->string, b->string) == 0) {
-        *dup = a->string;
+/* A member name of obj that appears twice: 1 (*dup set), 0 (none) or -1 (out of memory).
+ * Sorted, not compared pairwise: a header may name hundreds of thousands of tensors, and
+ * n^2 / 2 comparisons of 200,000 names took minutes. */
+static int dup_child(const cJSON *obj, const char **dup) {
+  const char *small[16], **names = small;
+  size_t n = 0;
+  for (const cJSON *c = obj->child; c; c = c->next) n++;
+  if (n > sizeof small / sizeof small[0] && (names = malloc(n * sizeof *names)) == NULL)
+    return -1;
+  n = 0;
+  for (const cJSON *c = obj->child; c; c = c->next) names[n++] = c->string;
+  qsort(names, n, sizeof *names, cmp_str);
+  int found = has_adjacent_dup(names, n, dup);
+  if (names != small) free(names);
+  return found;
+}
+
+/* The first string of the JSON text s[0..n) holding a "\u0000" escape: cJSON keeps strings
+ * NUL-terminated, so "emb.weight\u0000x" would load as a tensor named "emb.weight". Returns
+ * false when there is none, else the string's start and the escape's offset. */
+static bool escaped_nul(const char *s, size_t n, size_t *start, size_t *at) {
+  bool in_string = false;
+  for (size_t i = 0; i < n; i++) {
+    if (!in_string) {
+      if (s[i] == '"') {
+        in_string = true;
+        *start = i + 1;
+      }
+    } else if (s[i] == '"') {
+      in_string = false;
+    } else if (s[i] == '\\' && i + 1 < n) {
+      if (s[i + 1] == 'u' && n - i >= 6 && memcmp(s + i + 2, "0000", 4) == 0) {
+        *at = i;
         return true;
       }
+      i++; /* the escaped character, which may be '"' or '\\' */
+    }
+  }
   return false;
 }
 
@@ -404,7 +434,9 @@ static relcl_status parse_tensor(const char *path, const cJSON *o, entry *e) {
   const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
   if (!cJSON_IsObject(o))
     return fail_path(RELCL_ERR_FORMAT, path, "tensor %s is not described by an object", name);
-  if (dup_child(o, &dup))
+  int twice = dup_child(o, &dup);
+  if (twice < 0) return fail_path(RELCL_ERR_OUT_OF_MEMORY, path, "out of memory");
+  if (twice)
     return fail_path(RELCL_ERR_FORMAT, path, "tensor %s has field %s twice", name, dup);
   for (const cJSON *f = o->child; f; f = f->next) {
     if (strcmp(f->string, "dtype") == 0) dtype = f;
@@ -561,6 +593,14 @@ relcl_status relcl_checkpoint_open(const char *path, int flags, relcl_checkpoint
     fail_path(st, path, "header is not valid UTF-8 (byte %zu)", bad);
     goto fail;
   }
+  size_t str_at = 0, nul_at = 0;
+  if (escaped_nul(hdr, (size_t)n, &str_at, &nul_at)) {
+    int keep = (int)(nul_at - str_at < 200 ? nul_at - str_at : 200);
+    fail_path(st, path, "header string \"%.*s\\u0000...\" (byte %zu) has an escaped NUL; "
+              "refused, it would read as \"%.*s\"", keep, hdr + str_at, nul_at, keep,
+              hdr + str_at);
+    goto fail;
+  }
   const char *end = NULL;
   ck->json = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &end, 0);
   if (ck->json == NULL || !cJSON_IsObject(ck->json)) {
@@ -575,7 +615,9 @@ relcl_status relcl_checkpoint_open(const char *path, int flags, relcl_checkpoint
       goto fail;
     }
   const char *dup;
-  if (dup_child(ck->json, &dup)) {
+  int twice = dup_child(ck->json, &dup);
+  if (twice < 0) goto oom;
+  if (twice) {
     fail_path(st, path, "header has %s twice", dup);
     goto fail;
   }
@@ -600,7 +642,8 @@ relcl_status relcl_checkpoint_open(const char *path, int flags, relcl_checkpoint
         fail_path(st, path, "__metadata__ is not an object");
         goto fail;
       }
-      if (dup_child(c, &dup)) {
+      if ((twice = dup_child(c, &dup)) < 0) goto oom;
+      if (twice) {
         fail_path(st, path, "metadata key %s appears twice", dup);
         goto fail;
       }
@@ -998,6 +1041,29 @@ static relcl_status avg_match(const relcl_checkpoint *ck, const avg_tensor *tabl
   return RELCL_OK;
 }
 
+/* The inputs as a JSON array of strings, a metadata value (so valid UTF-8: other bytes of a
+ * path become '?'); NULL when out of memory. */
+static char *averaged_from(const char *const *paths, size_t n) {
+  cJSON *a = cJSON_CreateArray();
+  char *text = NULL;
+  for (size_t i = 0; a != NULL && i < n; i++) {
+    char *p = strdup(paths[i]);
+    if (p == NULL) goto done;
+    size_t len = strlen(p), at = 0, bad;
+    while ((bad = at + relcl__utf8_bad((unsigned char *)p + at, len - at)) < len) {
+      p[bad] = '?';
+      at = bad + 1;
+    }
+    bool ok = cJSON_AddItemToArray(a, cJSON_CreateString(p));
+    free(p);
+    if (!ok) goto done;
+  }
+  text = a ? cJSON_PrintUnformatted(a) : NULL;
+done:
+  cJSON_Delete(a);
+  return text;
+}
+
 relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
                                       const char *out_path) {
   if (paths == NULL || n == 0 || out_path == NULL)
@@ -1011,7 +1077,7 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
   size_t nt = 0, total = 0, nm = 0;
   double *acc = NULL;
   float *avg = NULL;
-  char *config = NULL, count_text[32];
+  char *config = NULL, *from = NULL, count_text[32];
   relcl_checkpoint_meta *meta = NULL;
   relcl_checkpoint_tensor *out = NULL;
 
@@ -1052,12 +1118,13 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
   }
 
   /* Metadata of the last checkpoint, less what save adds itself; then free its data. */
-  meta = calloc(ck->n_meta + 1, sizeof *meta);
+  meta = calloc(ck->n_meta + 2, sizeof *meta);
   if (meta == NULL) goto oom;
   for (size_t i = 0; i < ck->n_meta; i++) {
     const relcl_checkpoint_meta *m = &ck->meta[i];
     if (strcmp(m->key, RELCL_CHECKPOINT_DATA_HASH_KEY) == 0 ||
-        strcmp(m->key, RELCL_CHECKPOINT_HEADER_HASH_KEY) == 0 || strcmp(m->key, AVERAGE_KEY) == 0)
+        strcmp(m->key, RELCL_CHECKPOINT_HEADER_HASH_KEY) == 0 || strcmp(m->key, RELCL_CHECKPOINT_AVERAGE_KEY) == 0 ||
+        strcmp(m->key, RELCL_CHECKPOINT_AVERAGED_FROM_KEY) == 0)
       continue;
     meta[nm].key = strdup(m->key);
     meta[nm].value = strdup(m->value);
@@ -1070,8 +1137,11 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
   relcl_checkpoint_close(ck);
   ck = NULL;
   snprintf(count_text, sizeof count_text, "%zu", n);
-  meta[nm].key = AVERAGE_KEY;
+  meta[nm].key = RELCL_CHECKPOINT_AVERAGE_KEY;
   meta[nm].value = count_text;
+  if ((from = averaged_from(paths, n)) == NULL) goto oom;
+  meta[nm + 1].key = RELCL_CHECKPOINT_AVERAGED_FROM_KEY;
+  meta[nm + 1].value = from;
 
   avg = malloc((total + 1) * sizeof *avg);
   out = calloc(nt + 1, sizeof *out);
@@ -1083,7 +1153,7 @@ relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
     memcpy(out[i].shape, table[i].shape, sizeof out[i].shape);
     out[i].data = avg + table[i].offset;
   }
-  st = relcl_checkpoint_save(out_path, out, nt, meta, nm + 1);
+  st = relcl_checkpoint_save(out_path, out, nt, meta, nm + 2);
   goto done;
 oom:
   st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "%s: out of memory averaging checkpoints", out_path);
@@ -1100,5 +1170,6 @@ done:
   free(avg);
   free(acc);
   free(config);
+  free(from);
   return st;
 }

@@ -159,6 +159,12 @@ relcl_status relcl__write_atomic(const char *path, relcl__file_writer fn, void *
 bool relcl__file_out_write(relcl__file_out *out, const void *data, size_t n);
 size_t relcl__file_out_written(const relcl__file_out *out);
 
+/* The whole of a file of at most max bytes, NUL-terminated (malloc'ed, *size without the
+ * NUL). Larger, or endless (/dev/zero), is RELCL_ERR_FORMAT "PATH: ... not a WHAT" before
+ * more than max + 1 bytes are read; errors name path. */
+relcl_status relcl__read_file(const char *path, size_t max, const char *what, char **out,
+                              size_t *size);
+
 /* ---- GEMM (gemm.c: the only file that calls CLBlast) ---- */
 
 /* Override CLBlast's tuning parameters of one kernel ("Xgemm", ...) for a device, single

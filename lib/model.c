@@ -94,10 +94,10 @@ void relcl_model_config_describe(const relcl_model_config *c, char *buf, size_t 
 static relcl_status check_config(const relcl_model_config *c) {
 #define BAD(...) return relcl__fail(RELCL_ERR_INVALID_ARG, "model config: " __VA_ARGS__)
   if (c->vocab < 5) BAD("vocab=%d must be >= 5 (ids 0..3 are pad, unk, bos, eos)", c->vocab);
-  if (c->enc_layers < 1 || c->enc_layers > 31)
-    BAD("enc_layers=%d must be in 1..31", c->enc_layers);
-  if (c->dec_layers < 1 || c->dec_layers > 31)
-    BAD("dec_layers=%d must be in 1..31", c->dec_layers);
+  if (c->enc_layers < 1 || c->enc_layers > RELCL_MODEL_MAX_LAYERS)
+    BAD("enc_layers=%d must be in 1..%d", c->enc_layers, RELCL_MODEL_MAX_LAYERS);
+  if (c->dec_layers < 1 || c->dec_layers > RELCL_MODEL_MAX_LAYERS)
+    BAD("dec_layers=%d must be in 1..%d", c->dec_layers, RELCL_MODEL_MAX_LAYERS);
   if (c->d_model < 1) BAD("d_model=%d must be > 0", c->d_model);
   if (c->heads < 1) BAD("heads=%d must be > 0", c->heads);
   if (c->d_model % c->heads != 0)

@@ -28,34 +28,27 @@ const char *const *relcl_program_names(void) {
   return names;
 }
 
+/* Kernel sources are a few hundred kB at most; the limit keeps /dev/zero out. */
+#define MAX_SOURCE_BYTES ((size_t)4 << 20)
+
 static relcl_status read_text(const char *dir, const char *file, char **out) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, file);
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return relcl__fail(RELCL_ERR_IO, "RELCL_KERNEL_DIR: cannot open %s", path);
-  relcl_status st = RELCL_OK;
-  char *buf = NULL;
-  long size;
-  if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    st = relcl__fail(RELCL_ERR_IO, "RELCL_KERNEL_DIR: cannot read %s", path);
-    goto done;
+  size_t size = 0;
+  relcl_status st = relcl__read_file(path, MAX_SOURCE_BYTES, "kernel source", out, &size);
+  if (st != RELCL_OK) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", relcl_last_error());
+    return relcl__fail(st, "RELCL_KERNEL_DIR: %s", why);
   }
-  buf = malloc((size_t)size + 1);
-  if (buf == NULL) {
-    st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory reading %s", path);
-    goto done;
+  /* an empty file would build into a program without kernels, and fail only at first use */
+  size_t blank = strspn(*out, " \t\r\n");
+  if (blank == size) {
+    free(*out);
+    *out = NULL;
+    return relcl__fail(RELCL_ERR_BUILD, "RELCL_KERNEL_DIR: %s is empty", path);
   }
-  if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-    free(buf);
-    buf = NULL;
-    st = relcl__fail(RELCL_ERR_IO, "RELCL_KERNEL_DIR: short read of %s", path);
-    goto done;
-  }
-  buf[size] = '\0';
-done:
-  fclose(f);
-  *out = buf;
-  return st;
+  return RELCL_OK;
 }
 
 relcl_status relcl__program_source_text(int i, char **out) {
@@ -84,6 +77,40 @@ done:
   free(common);
   free(body);
   return st;
+}
+
+/* The first kernel that the embedded source of program i defines and prog lacks, into
+ * name; false when prog has them all. The embedded source is the list of what the library
+ * asks for: a cut or damaged file under RELCL_KERNEL_DIR would otherwise fail only at first
+ * use, as CL_INVALID_KERNEL_NAME deep inside a decode. (A cached binary holds them all: it
+ * was stored from a build that passed this check, and its hash is checked before use.) */
+static bool missing_kernel(cl_program prog, int i, char *name, size_t size) {
+  size_t len = 0;
+  char *have = NULL;
+  bool missing = false;
+  if (clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &len) != CL_SUCCESS ||
+      (have = calloc(len + 2, 1)) == NULL ||
+      clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, len, have + 1, NULL) != CL_SUCCESS) {
+    free(have);
+    return false; /* cannot tell: clCreateKernel will say */
+  }
+  have[0] = ';';
+  have[strlen(have)] = ';'; /* ";a;b;" so that every name is found whole */
+  static const char mark[] = "__kernel void ";
+  for (const char *p = strstr(relcl__program_sources[i].source, mark); p && !missing;
+       p = strstr(p + 1, mark)) {
+    const char *n = p + sizeof mark - 1;
+    size_t k = strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+    char want[260];
+    if (k == 0 || k + 2 >= sizeof want) continue;
+    snprintf(want, sizeof want, ";%.*s;", (int)k, n);
+    if (strstr(have, want) == NULL) {
+      snprintf(name, size, "%.*s", (int)k, n);
+      missing = true;
+    }
+  }
+  free(have);
+  return missing;
 }
 
 static relcl_status build_log_fail(cl_program prog, cl_device_id device, const char *file,
@@ -158,6 +185,14 @@ relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_dev
   err = clBuildProgram(prog, 1, &device, build_options, NULL, NULL);
   if (err != CL_SUCCESS) {
     st = build_log_fail(prog, device, relcl__program_sources[i].file, err);
+    clReleaseProgram(prog);
+    goto done;
+  }
+  char missing[256];
+  if (missing_kernel(prog, i, missing, sizeof missing)) {
+    const char *kdir = getenv("RELCL_KERNEL_DIR");
+    st = relcl__fail(RELCL_ERR_BUILD, "%s/%s has no kernel %s (a cut or broken file?)",
+                     kdir && kdir[0] ? kdir : "kernels", relcl__program_sources[i].file, missing);
     clReleaseProgram(prog);
     goto done;
   }

@@ -32,6 +32,10 @@ namespace {
 // draws from this seed.
 constexpr unsigned kTrainSeed = 20180306;
 
+// A .model file is read whole; one of a million pieces is about 20 MB. The limit makes
+// /dev/zero or a wrong path an error rather than an allocation failure.
+constexpr size_t MAX_MODEL_BYTES = (size_t)64 << 20;
+
 uint64_t fnv1a64(const std::string &s) {
   return relcl__fnv1a64(RELCL__FNV_BASIS, s.data(), s.size());
 }
@@ -191,24 +195,17 @@ extern "C" relcl_status relcl_spm_load(relcl_spm **out, const char *model_path) 
   if (out == nullptr || model_path == nullptr)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "spm_load: NULL argument");
   *out = nullptr;
-  FILE *f = fopen(model_path, "rb");
-  if (f == nullptr)
-    return relcl__fail(RELCL_ERR_IO, "%s: cannot open: %s", model_path, strerror(errno));
-  relcl_status st;
+  char *text = nullptr;
+  size_t size = 0;
+  relcl_status st = relcl__read_file(model_path, MAX_MODEL_BYTES, "SentencePiece model", &text,
+                                     &size);
+  if (st != RELCL_OK) return st;
   try {
-    std::string bytes;
-    char buf[1 << 16];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, got);
-    if (ferror(f)) {
-      st = relcl__fail(RELCL_ERR_IO, "%s: read failed: %s", model_path, strerror(errno));
-    } else {
-      st = load(out, model_path, std::move(bytes));
-    }
+    st = load(out, model_path, std::string(text, size));
   } catch (...) {
     st = fail_exception(model_path);
   }
-  fclose(f);
+  free(text);
   return st;
 }
 

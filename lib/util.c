@@ -1,10 +1,11 @@
 /* Small host utilities shared by the files of librelcl: the FNV-1a hash, UTF-8 validation,
- * and writing a file atomically. */
+ * writing a file atomically and reading one whole, within a size limit. */
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -136,4 +137,56 @@ relcl_status relcl__write_atomic(const char *path, relcl__file_writer fn, void *
     return relcl__fail(RELCL_ERR_IO, "%s: saved, but fsync of directory %s failed: %s", path,
                        dir, strerror(errno));
   return RELCL_OK;
+}
+
+relcl_status relcl__read_file(const char *path, size_t max, const char *what, char **out,
+                              size_t *size) {
+  *out = NULL;
+  *size = 0;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return relcl__fail(RELCL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  relcl_status st = RELCL_OK;
+  struct stat sb;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    st = relcl__fail(RELCL_ERR_IO, "%s: is a directory, not a %s", path, what);
+    goto done;
+  }
+  /* a regular file's size is known; anything else (a pipe, /dev/zero) is read up to max + 1 */
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max) goto too_big;
+  for (;;) {
+    if (n == cap) {
+      size_t grow = cap ? 2 * cap : 1 << 16;
+      if (grow > max + 1) grow = max + 1;
+      char *p = realloc(buf, grow + 1);
+      if (p == NULL) {
+        st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "%s: out of memory reading it", path);
+        goto done;
+      }
+      buf = p;
+      cap = grow;
+    }
+    ssize_t k = read(fd, buf + n, cap - n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      st = relcl__fail(RELCL_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+      goto done;
+    }
+    if (k == 0) break;
+    n += (size_t)k;
+    if (n > max) goto too_big;
+  }
+  buf[n] = '\0';
+  *out = buf;
+  *size = n;
+  buf = NULL;
+  goto done;
+too_big:
+  st = relcl__fail(RELCL_ERR_FORMAT, "%s: larger than %zu bytes, too large for a %s", path, max,
+                   what);
+done:
+  free(buf);
+  close(fd);
+  return st;
 }
