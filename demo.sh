@@ -71,19 +71,14 @@ PY
   done <"$dir/test8.en" 3<"$dir/test8.out" 4<"$dir/test8.fr"
 }
 
-# sacrebleu (the field's BLEU, from PyPI): the system's when it has one, else a venv in
-# build/sacrebleu-venv. Prints the python to run it with.
+# sacrebleu (the field's BLEU, from PyPI): the system's when it has one, else the venv of
+# scripts/deps.sh (build/venv). Prints the python to run it with.
 sacrebleu_python() {
   if python3 -c 'import sacrebleu' 2>/dev/null; then
     echo python3
     return
   fi
-  local venv=build/sacrebleu-venv
-  if ! "$venv/bin/python" -c 'import sacrebleu' 2>/dev/null; then
-    python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install --quiet sacrebleu >&2
-  fi
-  echo "$venv/bin/python"
+  relcl_pyvenv sacrebleu
 }
 
 # Translate the bundled test set with the trained model (beam 4, length penalty 0.6, the

@@ -124,6 +124,11 @@ if ! relcl_install_deps; then
   exit 1
 fi
 
+# PyPI packages the tests need (test_checkpoint.py: the real safetensors), in build/venv
+if ! relcl_pyvenv safetensors numpy >/dev/null; then
+  fail "installing safetensors and numpy from PyPI into $RELCL_VENV"
+fi
+
 section "build: release, every suite"
 if configure build -Dwerror=true; then
   run_suite build build

@@ -53,7 +53,8 @@ typedef enum relcl_status {
 /* Static description of a status ("invalid argument"). */
 const char *relcl_status_str(relcl_status status);
 /* The last error message of this thread, with details; "" when none. Valid until the next
- * relcl call on this thread. */
+ * relcl call on this thread: every call returning relcl_status starts by clearing it, so
+ * after a call that returned RELCL_OK it is "" (the checkpoint calls excepted for now). */
 const char *relcl_last_error(void);
 
 /* ---- buffers ----------------------------------------------------------------------- */
@@ -163,6 +164,74 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
                                  relcl_buf dwV);
+
+/* ---- profiling and device-memory statistics ---------------------------------------- */
+
+/* The parts of a training step device time is counted under. A GEMM's part is chosen where
+ * relcl calls it (the relative-position products Q wK^T, B wV and their gradients are
+ * RELATIVE_GEMM, every other product CONTENT_GEMM); a kernel's by its name. */
+typedef enum relcl_profile_part {
+  RELCL_PART_CONTENT_GEMM = 0, /* projections, Q K^T, A V, feed-forward, output layer */
+  RELCL_PART_RELATIVE_GEMM,    /* Q wK^T, B wV, and their backward */
+  RELCL_PART_ATTENTION_ROWS,   /* softmax / gather / bucket / dropout passes over weights */
+  RELCL_PART_LAYER_NORM,
+  RELCL_PART_DROPOUT,          /* residual and embedding dropout */
+  RELCL_PART_LOSS,             /* label-smoothed cross-entropy, argmax */
+  RELCL_PART_OPTIMIZER,        /* Adam, gradient norm */
+  RELCL_PART_COPIES,           /* host transfers, fills, head layout and cache copies */
+  RELCL_PART_OTHER,            /* element-wise: bias, ReLU, adds, embeddings, positions */
+  RELCL_PART_COUNT
+} relcl_profile_part;
+
+/* "content GEMMs", "relative GEMMs", ... (static). */
+const char *relcl_profile_part_name(relcl_profile_part part);
+
+/* Timings of one kernel, or of one GEMM shape, summed since the last reset. */
+typedef struct relcl_profile_entry {
+  const char *name; /* kernel name, or "SGEMM[ A^T][ B^T] MxNxK xBATCH"; valid until reset */
+  relcl_profile_part part;
+  double ms;        /* device time (CL_PROFILING_COMMAND_START to _END), summed */
+  long calls;
+  size_t m, n, k, batch; /* GEMM shape; 0 for kernels and copies */
+} relcl_profile_entry;
+
+/* Totals since the last reset. busy_ms: summed device time of every command (the queue is
+ * in order, so commands do not overlap); span_ms: from the first command's start to the
+ * last one's end. */
+typedef struct relcl_profile_summary {
+  long commands;
+  double busy_ms, span_ms;
+  double part_ms[RELCL_PART_COUNT];
+} relcl_profile_summary;
+
+/* Start (on = 1) or stop (0) timing every command relcl enqueues. Events are kept, not
+ * waited on: they are read at relcl_finish and by the calls below, so profiling does not
+ * add a synchronization per command. A queue created without profiling (RELCL_PROFILE
+ * unset) is finished and replaced by one with it: fetch relcl_context_queue afterwards.
+ * RELCL_PROFILE=1 turns this on at context creation and prints the table at destroy. */
+relcl_status relcl_profile_enable(relcl_context *ctx, int on);
+/* Forget every timing collected so far (pending commands are waited for first). */
+relcl_status relcl_profile_reset(relcl_context *ctx);
+/* The number of entries, after waiting for the pending commands; -1 on error. */
+int relcl_profile_count(relcl_context *ctx);
+relcl_status relcl_profile_entry_get(relcl_context *ctx, int i, relcl_profile_entry *out);
+relcl_status relcl_profile_summary_get(relcl_context *ctx, relcl_profile_summary *out);
+
+/* Device memory relcl holds for this context, in bytes. alloc: buffers from relcl_alloc
+ * that are still alive (the model's arenas and activations are such buffers); scratch: the
+ * buffers the context's scratch pool keeps; scratch_used_peak: the most scratch requested
+ * and in use at one time (what attention needs beyond its arguments, independent of which
+ * pooled buffers happened to serve it). Peaks are high-water marks since the last reset. */
+typedef struct relcl_memory_stats {
+  size_t alloc_bytes, alloc_peak;
+  size_t scratch_bytes, scratch_peak;
+  size_t scratch_used_peak;
+  size_t total_peak; /* alloc + scratch held at once */
+} relcl_memory_stats;
+
+relcl_status relcl_memory_stats_get(const relcl_context *ctx, relcl_memory_stats *out);
+/* Set every peak to the current value. */
+relcl_status relcl_memory_reset_peaks(relcl_context *ctx);
 
 /* ---- absolute positions (the baseline) -------------------------------------------- */
 

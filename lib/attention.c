@@ -116,6 +116,9 @@ static relcl_status check_inputs(const plan *p, const relcl_attn_desc *desc, rel
   return RELCL_OK;
 }
 
+/* The label GEMMs below are what relative positions add: the profile counts them apart. */
+#define REL_GEMM(ctx, ...) relcl__gemm_in((ctx), RELCL_PART_RELATIVE_GEMM, __VA_ARGS__)
+
 /* Per-head tables: the matrices of sequence b for heads 0..H-1 sit at fixed strides, so
  * each sequence is one strided-batched GEMM over the heads. (CLBlast's offset-array batched
  * GEMM would be one call, but Oclgrind flags its results as uninitialized.) */
@@ -125,10 +128,10 @@ static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head
                                 relcl_buf W, relcl_buf out) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
   if (!per_head)
-    return relcl__gemm(ctx, false, true, p->rows, (size_t)p->R, p->d, 1.0f, X, p->d, 0, win, p->d,
+    return REL_GEMM(ctx, false, true, p->rows, (size_t)p->R, p->d, 1.0f, X, p->d, 0, win, p->d,
                        0, 0.0f, out, (size_t)p->R, 0, 1);
   for (size_t b = 0; b < p->B; b++) {
-    relcl_status st = relcl__gemm(
+    relcl_status st = REL_GEMM(
         ctx, false, true, p->nq, (size_t)p->R, p->d, 1.0f,
         relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, win, p->d,
         p->table, 0.0f, relcl_buf_at(out.mem, out.offset + b * p->H * p->nq * (size_t)p->R),
@@ -143,10 +146,10 @@ static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_
                                     relcl_buf W, relcl_buf Y) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
   if (!per_head)
-    return relcl__gemm(ctx, false, false, p->rows, p->d, (size_t)p->R, 1.0f, L, (size_t)p->R, 0,
+    return REL_GEMM(ctx, false, false, p->rows, p->d, (size_t)p->R, 1.0f, L, (size_t)p->R, 0,
                        win, p->d, 0, 1.0f, Y, p->d, 0, 1);
   for (size_t b = 0; b < p->B; b++) {
-    relcl_status st = relcl__gemm(
+    relcl_status st = REL_GEMM(
         ctx, false, false, p->nq, p->d, (size_t)p->R, 1.0f,
         relcl_buf_at(L.mem, L.offset + b * p->H * p->nq * (size_t)p->R), (size_t)p->R,
         p->nq * (size_t)p->R, win, p->d, p->table, 1.0f,
@@ -163,10 +166,10 @@ static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head,
                                relcl_buf X, relcl_buf dW) {
   relcl_buf dst = relcl_buf_at(dW.mem, dW.offset + (size_t)p->rlo * p->d);
   if (!per_head)
-    return relcl__gemm(ctx, true, false, (size_t)p->R, p->d, p->rows, 1.0f, L, (size_t)p->R, 0, X,
+    return REL_GEMM(ctx, true, false, (size_t)p->R, p->d, p->rows, 1.0f, L, (size_t)p->R, 0, X,
                        p->d, 0, 1.0f, dst, p->d, 0, 1);
   for (size_t b = 0; b < p->B; b++) {
-    relcl_status st = relcl__gemm(
+    relcl_status st = REL_GEMM(
         ctx, true, false, (size_t)p->R, p->d, p->nq, 1.0f,
         relcl_buf_at(L.mem, L.offset + b * p->H * p->nq * (size_t)p->R), (size_t)p->R,
         p->nq * (size_t)p->R, relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d,
@@ -211,6 +214,7 @@ static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
 relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
+  relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p;
   relcl_status st = make_plan(desc, &p);
@@ -271,6 +275,7 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
                                  relcl_buf dwV) {
+  relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p;
   relcl_status st = make_plan(desc, &p);

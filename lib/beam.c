@@ -210,6 +210,7 @@ static bool compact(const search *s, int n_kept) {
 
 relcl_status relcl_model_beam_search(relcl_model *m, const relcl_model_batch *src,
                                      const relcl_beam_opts *opts, relcl_beam_result **out) {
+  relcl__clear_error();
   static const char op[] = "relcl_model_beam_search";
   if (out == NULL || opts == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: opts and out are required", op);

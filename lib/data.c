@@ -110,6 +110,7 @@ struct relcl_text {
 };
 
 relcl_status relcl_text_read(relcl_text **out, const char *path) {
+  relcl__clear_error();
   if (out == NULL || path == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "text_read: out and path must not be NULL");
   *out = NULL;
@@ -226,6 +227,7 @@ struct relcl_corpus {
 };
 
 relcl_status relcl_corpus_create(relcl_corpus **out) {
+  relcl__clear_error();
   if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "corpus_create: out is NULL");
   *out = calloc(1, sizeof **out);
   if (*out == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "corpus_create: out of memory");
@@ -255,6 +257,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 
 relcl_status relcl_corpus_add(relcl_corpus *c, const int32_t *src, int src_len, const int32_t *tgt,
                               int tgt_len, size_t line) {
+  relcl__clear_error();
   if (c == NULL || src == NULL || tgt == NULL || src_len <= 0 || tgt_len <= 0)
     return relcl__fail(RELCL_ERR_INVALID_ARG,
                        "corpus_add: line %zu: both sides need at least one id (src %d, tgt %d)",
@@ -309,6 +312,7 @@ static relcl_status encode_line(const relcl_spm *spm, const relcl_text *t, size_
 
 relcl_status relcl_corpus_load(relcl_corpus **out, const char *src_path, const char *tgt_path,
                                const relcl_spm *spm, int max_length) {
+  relcl__clear_error();
   if (out == NULL || src_path == NULL || tgt_path == NULL || spm == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "corpus_load: NULL argument");
   *out = NULL;
@@ -496,6 +500,7 @@ void relcl_batcher_destroy(relcl_batcher *b) {
 
 relcl_status relcl_batcher_create(relcl_batcher **out, const relcl_corpus *corpus,
                                   const relcl_batch_opts *opts) {
+  relcl__clear_error();
   if (out == NULL || corpus == NULL || opts == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "batcher_create: NULL argument");
   *out = NULL;
@@ -564,6 +569,7 @@ oom:
 size_t relcl_batcher_count(const relcl_batcher *b) { return b ? b->nb : 0; }
 
 relcl_status relcl_batcher_get(relcl_batcher *b, uint64_t epoch, size_t index, relcl_batch *out) {
+  relcl__clear_error();
   if (b == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "batcher_get: NULL argument");
   if (index >= b->nb)
@@ -618,6 +624,7 @@ relcl_status relcl_batcher_get(relcl_batcher *b, uint64_t epoch, size_t index, r
 }
 
 relcl_status relcl_batcher_next(relcl_batcher *b, relcl_batch *out) {
+  relcl__clear_error();
   if (b == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "batcher_next: NULL batcher");
   relcl_status st = relcl_batcher_get(b, b->epoch, b->index, out);
   if (st != RELCL_OK) return st;
@@ -634,6 +641,7 @@ void relcl_batcher_tell(const relcl_batcher *b, uint64_t *epoch, size_t *index) 
 }
 
 relcl_status relcl_batcher_seek(relcl_batcher *b, uint64_t epoch, size_t index) {
+  relcl__clear_error();
   if (b == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "batcher_seek: NULL batcher");
   if (index > b->nb)
     return relcl__fail(RELCL_ERR_INVALID_ARG,

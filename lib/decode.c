@@ -166,6 +166,7 @@ static relcl_status cross_memory(relcl_decoder *d) {
 
 relcl_status relcl_decoder_create(relcl_model *m, const relcl_model_batch *src, int beam,
                                   int max_len, relcl_decoder **out) {
+  relcl__clear_error();
   static const char op[] = "relcl_decoder_create";
   if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: out is NULL", op);
   *out = NULL;
@@ -414,6 +415,7 @@ static relcl_status block_fwd(relcl_decoder *d, int l, sub_kind kind, size_t x_i
 }
 
 relcl_status relcl_decoder_step(relcl_decoder *d, const int32_t *tokens) {
+  relcl__clear_error();
   static const char op[] = "relcl_decoder_step";
   if (d == NULL || tokens == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: decoder and tokens are required", op);
@@ -453,6 +455,7 @@ relcl_status relcl_decoder_step(relcl_decoder *d, const int32_t *tokens) {
 }
 
 relcl_status relcl_decoder_logprobs(relcl_decoder *d, float *out) {
+  relcl__clear_error();
   if (d == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_logprobs: NULL argument");
   const size_t V = (size_t)d->V;
@@ -486,6 +489,7 @@ relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse) {
 }
 
 relcl_status relcl_decoder_argmax(relcl_decoder *d, int32_t *out) {
+  relcl__clear_error();
   if (d == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_argmax: NULL argument");
   TRY(relcl_argmax_rows(d->ctx, d->N, d->V, Wk(d, d->logits), d->V, Id(d, I_ARGMAX)));
@@ -494,6 +498,7 @@ relcl_status relcl_decoder_argmax(relcl_decoder *d, int32_t *out) {
 
 relcl_status relcl_decoder_select(relcl_decoder *d, int batch, const int32_t *sources,
                                   const int32_t *from) {
+  relcl__clear_error();
   static const char op[] = "relcl_decoder_select";
   if (d == NULL || sources == NULL || from == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: decoder, sources and from are required", op);
@@ -551,6 +556,7 @@ relcl_status relcl_decoder_select(relcl_decoder *d, int batch, const int32_t *so
 }
 
 relcl_status relcl_decoder_reorder(relcl_decoder *d, const int32_t *from) {
+  relcl__clear_error();
   if (d == NULL || from == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_decoder_reorder: decoder and from are "
                        "required");

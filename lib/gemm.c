@@ -15,17 +15,23 @@ static relcl_status clblast_fail(CLBlastStatusCode code, const char *what, size_
                      m, n, k, batch, (int)code);
 }
 
-relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t m, size_t n,
-                         size_t k, float alpha, relcl_buf a, size_t lda, size_t stride_a,
-                         relcl_buf b, size_t ldb, size_t stride_b, float beta, relcl_buf c,
-                         size_t ldc, size_t stride_c, size_t batch) {
+relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                            bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                            size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                            size_t stride_b, float beta, relcl_buf c, size_t ldc,
+                            size_t stride_c, size_t batch) {
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
   CLBlastTranspose ta = trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastStatusCode code;
-  cl_event ev = NULL, *evp = ctx->profile ? &ev : NULL;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
     return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM with an empty inner dimension");
+  /* CLBlast returns the event of its last kernel only, and its indirect GEMM runs up to four
+   * (padding and transposing A, B and C around the product): a marker before the call lets
+   * the profile time all of them. */
+  cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
+  if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
+    start = NULL;
   if (batch == 1)
     code = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, alpha, a.mem, a.offset, lda,
                         b.mem, b.offset, ldb, beta, c.mem, c.offset, ldc, &ctx->queue, evp);
@@ -38,7 +44,10 @@ relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t 
     char name[160];
     snprintf(name, sizeof name, "SGEMM%s%s %zux%zux%zu x%zu", trans_a ? " A^T" : "",
              trans_b ? " B^T" : "", m, n, k, batch);
-    relcl__profile_event(ctx, name, ev);
+    relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, k, batch}, start, ev);
+  } else {
+    if (ev) clReleaseEvent(ev);
+    if (start) clReleaseEvent(start);
   }
   return code == CLBlastSuccess ? RELCL_OK
                                 : clblast_fail(code, "SGEMM", m, n, k, batch);

@@ -17,6 +17,8 @@ relcl_status relcl__fail(relcl_status status, const char *fmt, ...)
 /* Same for a failed OpenCL call: the message names the call and the cl_int. */
 relcl_status relcl__cl_fail(cl_int err, const char *what);
 const char *relcl__cl_error_name(cl_int err);
+/* The first statement of every public call returning relcl_status: a message outlives
+ * only the call that set it (relcl.h, relcl_last_error). */
 void relcl__clear_error(void);
 
 /* ---- scratch pool (pool.c) ---- */
@@ -24,6 +26,7 @@ void relcl__clear_error(void);
 typedef struct relcl__pool_slot {
   cl_mem mem;
   size_t bytes;
+  size_t requested; /* what the current user asked for (0 when free) */
   bool in_use;
 } relcl__pool_slot;
 
@@ -32,7 +35,17 @@ typedef struct relcl__pool_slot {
 typedef struct relcl__pool {
   relcl__pool_slot slot[RELCL__POOL_SLOTS];
   size_t created; /* buffers ever created: lets tests see that calls reuse memory */
+  size_t held, held_peak; /* bytes of the pool's buffers (relcl_memory_stats) */
+  size_t used, used_peak; /* bytes requested by the users of in-use buffers */
 } relcl__pool;
+
+/* ---- device-memory accounting (context.c) ----
+ * Buffers from relcl_alloc may outlive the context (a cl_mem keeps its cl_context), and
+ * OpenCL runs their destructor callbacks on any thread: the counters live in their own
+ * reference-counted block, updated atomically. */
+typedef struct relcl__memacct relcl__memacct;
+/* The pool's held bytes changed: recompute the combined peak. */
+void relcl__mem_note_scratch(relcl_context *ctx);
 
 /* ---- context ---- */
 
@@ -42,6 +55,7 @@ typedef struct relcl__kernel_entry {
   const char *name; /* static string */
   cl_kernel kernel;
   size_t max_wg; /* CL_KERNEL_WORK_GROUP_SIZE for this device */
+  relcl_profile_part part; /* what the profile counts its time under */
 } relcl__kernel_entry;
 
 struct relcl_context {
@@ -58,17 +72,46 @@ struct relcl_context {
   int n_kernels;
   relcl__pool pool;
   char tuning[1024]; /* which CLBlast tuning was applied (tuning.c) */
-  bool profile;      /* RELCL_PROFILE=1: time every command, print a table at destroy */
+  relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
+  /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
+   * read at relcl_finish, so the queue is never synchronized per command. */
+  bool profile;         /* collect events */
+  bool profile_print;   /* RELCL_PROFILE=1: print the table at destroy */
+  bool queue_profiling; /* the queue was created with CL_QUEUE_PROFILING_ENABLE */
   struct relcl__prof {
     char name[96];
+    relcl_profile_part part;
     double ms;
     long calls;
-  } prof[128];
+    size_t m, n, k, batch;
+  } prof[256];
   int n_prof;
+  struct relcl__pending {
+    cl_event start; /* a marker before the command(s), or NULL: then ev's own start */
+    cl_event ev;
+    int entry; /* index into prof, or -1 when the table was full (still counted in totals) */
+    relcl_profile_part part;
+  } *pending;
+  int n_pending, cap_pending;
+  long prof_commands;
+  double prof_busy_ms, prof_part_ms[RELCL_PART_COUNT];
+  cl_ulong prof_first, prof_last; /* device clock of the first start, the last end */
 };
 
-/* With ctx->profile: wait for ev, add its run time under name, release it. */
-void relcl__profile_event(relcl_context *ctx, const char *name, cl_event ev);
+/* With ctx->profile: keep ev (a command enqueued under name, in part, with the GEMM shape
+ * m x n x k x batch or zeros) to be read later; without, release it. ev may be NULL. */
+void relcl__profile_event(relcl_context *ctx, const char *name, relcl_profile_part part,
+                          const size_t shape[4], cl_event ev);
+/* The same for a routine that enqueues several commands but returns the event of its last
+ * one only (CLBlast): its time runs from the end of `start`, a marker enqueued just before
+ * it, to the end of ev. Takes both events. */
+void relcl__profile_span(relcl_context *ctx, const char *name, relcl_profile_part part,
+                         const size_t shape[4], cl_event start, cl_event ev);
+/* Where a command should put its event: &slot when profiling, else NULL. */
+static inline cl_event *relcl__profile_slot(relcl_context *ctx, cl_event *slot) {
+  *slot = NULL;
+  return ctx->profile ? slot : NULL;
+}
 
 /* Apply the CLBlast tuning file that matches ctx's device, if any (tuning.c). */
 void relcl__tuning_apply(relcl_context *ctx);
@@ -84,6 +127,9 @@ relcl_status relcl__program_source_text(int i, char **out);
 /* Build (or load from the binary cache) family i for a device. */
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
                                   int i, bool use_cache, cl_program *out);
+/* Programs built from a cached binary (hits) and from source, counted over the process:
+ * for the tests (test_cache.c), which reach them through the static library. */
+void relcl__program_counts(unsigned long *hits, unsigned long *builds);
 /* The kernel `name` of `family` on ctx, created once and kept. */
 relcl_status relcl__kernel(relcl_context *ctx, const char *family, const char *name,
                            relcl__kernel_entry **out);
@@ -172,9 +218,12 @@ relcl_status relcl__read_file(const char *path, size_t max, const char *what, ch
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,
                                   const char *const *names, const size_t *values);
 
-/* Row-major C = alpha op(A) op(B) + beta C, batch times with element strides. */
-relcl_status relcl__gemm(relcl_context *ctx, bool trans_a, bool trans_b, size_t m, size_t n,
-                         size_t k, float alpha, relcl_buf a, size_t lda, size_t stride_a,
-                         relcl_buf b, size_t ldb, size_t stride_b, float beta, relcl_buf c,
-                         size_t ldc, size_t stride_c, size_t batch);
+/* Row-major C = alpha op(A) op(B) + beta C, batch times with element strides; timed under
+ * part when profiling (relcl__gemm: RELCL_PART_CONTENT_GEMM). */
+relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                            bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                            size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                            size_t stride_b, float beta, relcl_buf c, size_t ldc,
+                            size_t stride_c, size_t batch);
+#define relcl__gemm(ctx, ...) relcl__gemm_in((ctx), RELCL_PART_CONTENT_GEMM, __VA_ARGS__)
 #endif

@@ -107,6 +107,7 @@ static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK
 relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
                                      relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
                                      relcl_buf mean, relcl_buf rstd) {
+  relcl__clear_error();
   static const char op[] = "layernorm forward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -139,6 +140,7 @@ relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl
                                       relcl_buf gain, relcl_buf mean, relcl_buf rstd,
                                       relcl_buf dy, relcl_buf dx, int accumulate,
                                       relcl_buf dgain, relcl_buf dbias) {
+  relcl__clear_error();
   static const char op[] = "layernorm backward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -202,6 +204,7 @@ done:
 relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab,
                                      relcl_buf ids, relcl_buf table, float scale,
                                      relcl_buf out) {
+  relcl__clear_error();
   static const char op[] = "embedding forward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "n", n);
@@ -226,6 +229,7 @@ relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab
 
 relcl_status relcl_embedding_index(const int32_t *ids, int n, int vocab, int32_t *tokens,
                                    int32_t *offsets, int32_t *positions, int *n_tokens) {
+  relcl__clear_error();
   static const char op[] = "embedding index";
   if (ids == NULL || tokens == NULL || offsets == NULL || positions == NULL ||
       n_tokens == NULL)
@@ -259,6 +263,7 @@ relcl_status relcl_embedding_backward(relcl_context *ctx, int n_tokens, int d, i
                                       relcl_buf tokens, relcl_buf offsets,
                                       relcl_buf positions, relcl_buf dout, float scale,
                                       relcl_buf dtable) {
+  relcl__clear_error();
   static const char op[] = "embedding backward";
   if (ctx == NULL) return no_ctx(op);
   if (n_tokens == 0) return RELCL_OK;
@@ -324,12 +329,14 @@ static relcl_status dropout_common(relcl_context *ctx, const char *op, size_t n,
 relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                    uint64_t stream, relcl_buf x, relcl_buf residual,
                                    relcl_buf y) {
+  relcl__clear_error();
   return dropout_common(ctx, "dropout forward", n, p, seed, stream, x, residual, y, 0);
 }
 
 relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                     uint64_t stream, relcl_buf dy, relcl_buf dx,
                                     int accumulate) {
+  relcl__clear_error();
   return dropout_common(ctx, "dropout backward", n, p, seed, stream, dy, RELCL_BUF_NONE, dx,
                         accumulate ? ACCUMULATE : 0);
 }
@@ -338,6 +345,7 @@ relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint6
 
 relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                   relcl_buf W, relcl_buf b, relcl_buf y) {
+  relcl__clear_error();
   static const char op[] = "linear forward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -367,6 +375,7 @@ relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out,
 relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                    relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                    relcl_buf dW, relcl_buf db) {
+  relcl__clear_error();
   static const char op[] = "linear backward";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -409,6 +418,7 @@ static relcl_status elementwise(relcl_context *ctx, const char *op, const char *
 }
 
 relcl_status relcl_relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y) {
+  relcl__clear_error();
   const relcl_buf bufs[] = {x, y};
   static const char *const names[] = {"x", "y"};
   return elementwise(ctx, "relu forward", "relu_fwd", n, 2, bufs, names);
@@ -416,6 +426,7 @@ relcl_status relcl_relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl
 
 relcl_status relcl_relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
                                  relcl_buf dx) {
+  relcl__clear_error();
   const relcl_buf bufs[] = {y, dy, dx};
   static const char *const names[] = {"y", "dy", "dx"};
   return elementwise(ctx, "relu backward", "relu_bwd", n, 3, bufs, names);
@@ -423,6 +434,7 @@ relcl_status relcl_relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relc
 
 relcl_status relcl_residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
                                 relcl_buf y) {
+  relcl__clear_error();
   const relcl_buf bufs[] = {a, b, y};
   static const char *const names[] = {"a", "b", "y"};
   return elementwise(ctx, "residual add", "add2", n, 3, bufs, names);
@@ -430,6 +442,7 @@ relcl_status relcl_residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl
 
 relcl_status relcl_vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
                              relcl_buf y) {
+  relcl__clear_error();
   static const char op[] = "axpby";
   if (ctx == NULL) return no_ctx(op);
   if (n == 0) return RELCL_OK;
@@ -482,12 +495,14 @@ static relcl_status heads_common(relcl_context *ctx, const char *op, const char 
 
 relcl_status relcl_heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, int ld, relcl_buf y) {
+  relcl__clear_error();
   return heads_common(ctx, "heads split", "heads_split", batch, n, heads, head_dim, x, y, ld,
                       true);
 }
 
 relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, relcl_buf y, int ld) {
+  relcl__clear_error();
   return heads_common(ctx, "heads merge", "heads_merge", batch, n, heads, head_dim, x, y, ld,
                       false);
 }
@@ -496,6 +511,7 @@ relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, 
 
 relcl_status relcl_colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
                           relcl_buf y, int accumulate) {
+  relcl__clear_error();
   static const char op[] = "colsum";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -544,6 +560,7 @@ static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, s
 }
 
 relcl_status relcl_sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
+  relcl__clear_error();
   static const char op[] = "sumsq";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "n", (long long)n);
@@ -564,6 +581,7 @@ relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, fl
                                          int ignore_id, relcl_buf logits, relcl_buf targets,
                                          float grad_scale, relcl_buf dlogits,
                                          relcl_buf losses) {
+  relcl__clear_error();
   static const char op[] = "cross-entropy";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -594,6 +612,7 @@ relcl_status relcl_xent_forward_backward(relcl_context *ctx, int rows, int V, fl
 
 relcl_status relcl_argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
                                relcl_buf out) {
+  relcl__clear_error();
   static const char op[] = "argmax";
   if (ctx == NULL) return no_ctx(op);
   relcl_status st = positive(op, "rows", rows);
@@ -619,6 +638,7 @@ relcl_status relcl_argmax_rows(relcl_context *ctx, int rows, int cols, relcl_buf
 relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
                                relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
                                relcl_buf sumsq) {
+  relcl__clear_error();
   static const char op[] = "adam";
   if (ctx == NULL) return no_ctx(op);
   if (args == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: args is NULL", op);

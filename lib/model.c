@@ -318,6 +318,7 @@ static void init_tensor(const relcl_model *m, const relcl_tensor_info *t, uint64
 
 relcl_status relcl_model_create(relcl_context *ctx, const relcl_model_config *cfg,
                                 uint64_t seed, relcl_model **out) {
+  relcl__clear_error();
   if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_create: out is NULL");
   *out = NULL;
   if (ctx == NULL || cfg == NULL)
@@ -341,6 +342,10 @@ relcl_status relcl_model_create(relcl_context *ctx, const relcl_model_config *cf
                      m->param_count);
     goto fail;
   }
+  /* the device arenas first: a model too large for the device is refused before its
+   * initial values are written on the host (gigabytes, for such a model) */
+  for (int a = 0; a < 4; a++)
+    if ((st = relcl_alloc(ctx, m->param_count, &m->arena[a])) != RELCL_OK) goto fail;
   host = calloc(m->param_count, sizeof *host);
   if (host == NULL) {
     st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory (%zu parameters)",
@@ -349,8 +354,6 @@ relcl_status relcl_model_create(relcl_context *ctx, const relcl_model_config *cf
   }
   for (size_t i = 0; i < m->n_tensors; i++)
     init_tensor(m, &m->tensors[i], seed, host + m->tensors[i].offset);
-  for (int a = 0; a < 4; a++)
-    if ((st = relcl_alloc(ctx, m->param_count, &m->arena[a])) != RELCL_OK) goto fail;
   if ((st = relcl_write(ctx, relcl_buf_at(m->arena[RELCL_ARENA_PARAMS], 0), host,
                         m->param_count)) != RELCL_OK)
     goto fail;
@@ -418,18 +421,21 @@ static relcl_status arena_arg(const relcl_model *m, relcl_arena which, const voi
 }
 
 relcl_status relcl_model_arena_read(relcl_model *m, relcl_arena which, float *dst) {
+  relcl__clear_error();
   relcl_status st = arena_arg(m, which, dst, "relcl_model_arena_read");
   if (st != RELCL_OK) return st;
   return relcl_read(m->ctx, relcl_buf_at(m->arena[which], 0), dst, m->param_count);
 }
 
 relcl_status relcl_model_arena_write(relcl_model *m, relcl_arena which, const float *src) {
+  relcl__clear_error();
   relcl_status st = arena_arg(m, which, src, "relcl_model_arena_write");
   if (st != RELCL_OK) return st;
   return relcl_write(m->ctx, relcl_buf_at(m->arena[which], 0), src, m->param_count);
 }
 
 relcl_status relcl_model_zero_grad(relcl_model *m) {
+  relcl__clear_error();
   if (m == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_zero_grad: no model");
   return relcl__fill(m->ctx, relcl_buf_at(m->arena[RELCL_ARENA_GRADS], 0), 0.0f,
                      m->param_count);
@@ -506,6 +512,7 @@ static relcl_status finish_stats(relcl_model *m, const relcl_model_batch *b,
 relcl_status relcl_model_train_batch(relcl_model *m, const relcl_model_batch *batch,
                                      uint64_t seed, uint64_t step, int micro,
                                      relcl_model_stats *stats) {
+  relcl__clear_error();
   static const char op[] = "relcl_model_train_batch";
   relcl_status st = check_batch(m, batch, true, op);
   if (st != RELCL_OK) return st;
@@ -522,6 +529,7 @@ relcl_status relcl_model_train_batch(relcl_model *m, const relcl_model_batch *ba
 
 relcl_status relcl_model_eval_batch(relcl_model *m, const relcl_model_batch *batch,
                                     relcl_model_stats *stats) {
+  relcl__clear_error();
   relcl_status st = check_batch(m, batch, true, "relcl_model_eval_batch");
   if (st != RELCL_OK) return st;
   int n_tokens = 0;
@@ -534,6 +542,7 @@ relcl_status relcl_model_eval_batch(relcl_model *m, const relcl_model_batch *bat
 
 relcl_status relcl_model_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
                                 int32_t *out, int32_t *out_lens) {
+  relcl__clear_error();
   static const char op[] = "relcl_model_greedy";
   relcl_status st = check_batch(m, src, false, op);
   if (st != RELCL_OK) return st;
@@ -549,6 +558,7 @@ relcl_status relcl_model_greedy(relcl_model *m, const relcl_model_batch *src, in
 
 relcl_status relcl_model_adam_step(relcl_model *m, const relcl_adam_opts *opts, uint64_t step,
                                    float *grad_norm) {
+  relcl__clear_error();
   static const char op[] = "relcl_model_adam_step";
   if (m == NULL || opts == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: model and opts are required", op);

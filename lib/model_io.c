@@ -75,6 +75,7 @@ static double float_as_written(float v) {
 
 relcl_status relcl_model_config_to_json(const relcl_model_config *cfg, uint64_t vocab_hash,
                                         char **out) {
+  relcl__clear_error();
   if (out == NULL || cfg == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_config_to_json: cfg and out are required");
   *out = NULL;
@@ -177,6 +178,7 @@ static relcl_status read_field(const field *f, const cJSON *v, relcl_model_confi
 
 relcl_status relcl_model_config_from_json(const char *json, relcl_model_config *cfg,
                                           uint64_t *vocab_hash) {
+  relcl__clear_error();
   if (json == NULL || cfg == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG,
                        "relcl_model_config_from_json: json and cfg are required");
@@ -233,6 +235,7 @@ static relcl_status with_path(relcl_status st, const char *path) {
 
 relcl_status relcl_model_checkpoint_config(const relcl_checkpoint *ck, relcl_model_config *cfg,
                                            uint64_t *vocab_hash) {
+  relcl__clear_error();
   if (ck == NULL || cfg == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG,
                        "relcl_model_checkpoint_config: ck and cfg are required");
@@ -271,6 +274,7 @@ int relcl_model_config_compatible(const relcl_model_config *have, const relcl_mo
 
 relcl_status relcl_model_save(relcl_model *m, const char *path,
                               const relcl_model_save_opts *opts) {
+  relcl__clear_error();
   if (m == NULL || path == NULL || opts == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_save: model, path and opts are required");
   if (opts->n_meta > 0 && opts->meta == NULL)
@@ -345,6 +349,7 @@ static size_t first_nonfinite(const float *x, size_t n) {
 
 relcl_status relcl_model_restore(relcl_model *m, const relcl_checkpoint *ck, int flags,
                                  uint64_t *adam_step) {
+  relcl__clear_error();
   if (m == NULL || ck == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_restore: model and ck are required");
   const char *path = relcl_checkpoint_path(ck);
@@ -407,6 +412,7 @@ relcl_status relcl_model_restore(relcl_model *m, const relcl_checkpoint *ck, int
 
 relcl_status relcl_model_load_checkpoint(relcl_context *ctx, const relcl_checkpoint *ck,
                                          int flags, relcl_model **out, uint64_t *vocab_hash) {
+  relcl__clear_error();
   if (out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_load_checkpoint: out is NULL");
   *out = NULL;
@@ -432,6 +438,7 @@ relcl_status relcl_model_load_checkpoint(relcl_context *ctx, const relcl_checkpo
 
 relcl_status relcl_model_load(relcl_context *ctx, const char *path, int flags,
                               relcl_model **out, uint64_t *vocab_hash) {
+  relcl__clear_error();
   if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_load: out is NULL");
   *out = NULL;
   if (path == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_model_load: no path");

@@ -4,6 +4,14 @@
  * context's queue is in order. */
 #include "internal.h"
 
+/* Mark a slot in use by a request of `requested` bytes (for relcl_memory_stats). */
+static void take(relcl__pool *pool, int slot, size_t requested) {
+  pool->slot[slot].in_use = true;
+  pool->slot[slot].requested = requested;
+  pool->used += requested;
+  if (pool->used > pool->used_peak) pool->used_peak = pool->used;
+}
+
 relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
   relcl__pool *pool = &ctx->pool;
   bytes = (bytes + 3) & ~(size_t)3;
@@ -19,7 +27,7 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
     }
   }
   if (best >= 0) {
-    pool->slot[best].in_use = true;
+    take(pool, best, bytes);
     *out = pool->slot[best].mem;
     return RELCL_OK;
   }
@@ -31,6 +39,8 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
   if (pool->slot[slot].mem) {
     clReleaseMemObject(pool->slot[slot].mem);
     pool->slot[slot].mem = NULL;
+    pool->held -= pool->slot[slot].bytes;
+    relcl__mem_note_scratch(ctx);
   }
   if (bytes > ctx->max_alloc)
     return relcl__fail(RELCL_ERR_OUT_OF_MEMORY,
@@ -49,7 +59,10 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
   }
   pool->slot[slot].mem = mem;
   pool->slot[slot].bytes = bytes;
-  pool->slot[slot].in_use = true;
+  pool->held += bytes;
+  if (pool->held > pool->held_peak) pool->held_peak = pool->held;
+  relcl__mem_note_scratch(ctx);
+  take(pool, slot, bytes);
   pool->created++;
   *out = mem;
   return RELCL_OK;
@@ -57,8 +70,14 @@ relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out) {
 
 void relcl__pool_put(relcl_context *ctx, cl_mem mem) {
   if (mem == NULL) return;
-  for (int i = 0; i < RELCL__POOL_SLOTS; i++)
-    if (ctx->pool.slot[i].mem == mem) ctx->pool.slot[i].in_use = false;
+  for (int i = 0; i < RELCL__POOL_SLOTS; i++) {
+    relcl__pool_slot *s = &ctx->pool.slot[i];
+    if (s->mem == mem && s->in_use) {
+      s->in_use = false;
+      ctx->pool.used -= s->requested;
+      s->requested = 0;
+    }
+  }
 }
 
 void relcl__pool_destroy(relcl__pool *pool) {

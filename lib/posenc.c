@@ -4,6 +4,7 @@
 
 relcl_status relcl_posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
                               int pos0) {
+  relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "posenc: ctx is NULL");
   if (batch <= 0 || n <= 0 || d_model <= 0 || pos0 < 0)
     return relcl__fail(RELCL_ERR_INVALID_ARG,

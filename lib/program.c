@@ -2,6 +2,8 @@
 #include "internal.h"
 #include "programs.h"
 
+#include <stdatomic.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +129,15 @@ static relcl_status build_log_fail(cl_program prog, cl_device_id device, const c
   return st;
 }
 
+/* Programs made from a cached binary and from source since the process started: a cache
+ * that silently never hits gives the same results, so only these counts show it works. */
+static atomic_ulong cache_hits, source_builds;
+
+void relcl__program_counts(unsigned long *hits, unsigned long *builds) {
+  *hits = atomic_load(&cache_hits);
+  *builds = atomic_load(&source_builds);
+}
+
 /* Build from a binary; any fault returns NULL and the caller compiles from source. */
 static cl_program from_binary(cl_context cl, cl_device_id device, const unsigned char *bin,
                               size_t size) {
@@ -171,7 +182,10 @@ relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_dev
     if (relcl__cache_load(dir, key, &bin, &size)) {
       *out = from_binary(cl, device, bin, size);
       free(bin);
-      if (*out) goto done;
+      if (*out) {
+        atomic_fetch_add(&cache_hits, 1);
+        goto done;
+      }
     }
   }
 
@@ -197,6 +211,7 @@ relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_dev
     goto done;
   }
   if (dir[0]) store_binary(prog, dir, key);
+  atomic_fetch_add(&source_builds, 1);
   *out = prog;
 done:
   free(source);

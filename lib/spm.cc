@@ -122,6 +122,7 @@ relcl_status load(relcl_spm **out, const char *name, std::string &&bytes) {
 
 extern "C" relcl_status relcl_spm_train(const char *const *inputs, int n_inputs, int vocab_size,
                                         const char *model_prefix) {
+  relcl__clear_error();
   if (inputs == nullptr || n_inputs <= 0 || model_prefix == nullptr || model_prefix[0] == '\0')
     return relcl__fail(RELCL_ERR_INVALID_ARG, "spm_train: needs input files and a model prefix");
   if (vocab_size < 8)
@@ -192,6 +193,7 @@ done:
 }
 
 extern "C" relcl_status relcl_spm_load(relcl_spm **out, const char *model_path) {
+  relcl__clear_error();
   if (out == nullptr || model_path == nullptr)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "spm_load: NULL argument");
   *out = nullptr;
@@ -210,6 +212,7 @@ extern "C" relcl_status relcl_spm_load(relcl_spm **out, const char *model_path) 
 }
 
 extern "C" relcl_status relcl_spm_load_bytes(relcl_spm **out, const void *bytes, size_t size) {
+  relcl__clear_error();
   if (out == nullptr || (bytes == nullptr && size > 0))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "spm_load_bytes: NULL argument");
   *out = nullptr;
@@ -245,6 +248,7 @@ extern "C" const char *relcl_spm_piece(const relcl_spm *spm, int32_t id) {
 
 extern "C" relcl_status relcl_spm_encode(const relcl_spm *spm, const char *text, int32_t **ids,
                                          size_t *n) {
+  relcl__clear_error();
   if (spm == nullptr || text == nullptr || ids == nullptr || n == nullptr)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "spm_encode: NULL argument");
   *ids = nullptr;
@@ -268,6 +272,7 @@ extern "C" relcl_status relcl_spm_encode(const relcl_spm *spm, const char *text,
 
 extern "C" relcl_status relcl_spm_decode(const relcl_spm *spm, const int32_t *ids, size_t n,
                                          char **text) {
+  relcl__clear_error();
   if (spm == nullptr || text == nullptr || (ids == nullptr && n > 0))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "spm_decode: NULL argument");
   *text = nullptr;

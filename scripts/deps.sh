@@ -38,3 +38,24 @@ relcl_install_deps() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 }
+
+# PyPI packages (never apt's: Debian has no safetensors) go in one venv, build/venv, made on
+# first use: demo.sh's sacrebleu, the test suite's safetensors + numpy (test_checkpoint.py
+# loads relcl's checkpoints with them). Installs whichever of the named packages (import name
+# = package name) the venv cannot import yet, prints the venv's python, fails when pip cannot.
+# Run from the source root.
+RELCL_VENV=build/venv
+relcl_pyvenv() {
+  local py=$RELCL_VENV/bin/python missing=() pkg
+  if [[ ! -x $py ]]; then
+    python3 -m venv "$RELCL_VENV" >&2 || return 1
+  fi
+  for pkg in "$@"; do
+    "$py" -c "import $pkg" 2>/dev/null || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    echo "relcl: installing ${missing[*]} from PyPI into $RELCL_VENV" >&2
+    "$RELCL_VENV/bin/pip" install --quiet "${missing[@]}" >&2 || return 1
+  fi
+  echo "$py"
+}

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "testutil.h"
 
 #ifndef RELCL_SOURCE_KERNEL_DIR
@@ -97,17 +98,39 @@ int main(void) {
   snprintf(cache, sizeof cache, "%s/cache", tmp);
   setenv("RELCL_CACHE_DIR", cache, 1);
 
+  /* hits and source builds are the library's own counts (relcl__program_counts): equal
+   * results and file counts alone would also come from a cache that never hits */
+  unsigned long h0, b0, h1, b1;
+  relcl__program_counts(&h0, &b0);
   float ref = probe();
   int n = count_bins(cache);
-  tu_check(!isnan(ref) && n >= 3, "first context writes %d binaries into the cache", n);
+  relcl__program_counts(&h1, &b1);
+  tu_check(!isnan(ref) && n >= 3 && h1 == h0 && b1 - b0 == (unsigned long)n,
+           "first context writes %d binaries into the cache (%lu built, %lu hits)", n, b1 - b0,
+           h1 - h0);
+  relcl__program_counts(&h0, &b0);
   float again = probe();
-  tu_check(again == ref && count_bins(cache) == n, "second context reuses them, same result");
+  relcl__program_counts(&h1, &b1);
+  tu_check(again == ref && count_bins(cache) == n && h1 - h0 == (unsigned long)n && b1 == b0,
+           "second context reuses them: %lu hits, %lu built, same result", h1 - h0, b1 - b0);
   damage_all(cache, 0);
+  relcl__program_counts(&h0, &b0);
   float t = probe();
-  tu_check(t == ref, "truncated cache entries fall back to compiling");
+  relcl__program_counts(&h1, &b1);
+  tu_check(t == ref && h1 == h0 && b1 - b0 == (unsigned long)n,
+           "truncated cache entries fall back to compiling (%lu built, %lu hits)", b1 - b0,
+           h1 - h0);
+  relcl__program_counts(&h0, &b0);
   tu_check(count_bins(cache) == n && probe() == ref, "and are rewritten whole");
+  relcl__program_counts(&h1, &b1);
+  tu_check(h1 - h0 == (unsigned long)n && b1 == b0, "the rewritten entries hit: %lu hits",
+           h1 - h0);
   damage_all(cache, 1);
+  relcl__program_counts(&h0, &b0);
   tu_check(probe() == ref, "a flipped byte in an entry falls back to compiling");
+  relcl__program_counts(&h1, &b1);
+  tu_check(h1 == h0 && b1 - b0 == (unsigned long)n, "no damaged entry is used: %lu hits",
+           h1 - h0);
 
   char off[300];
   snprintf(off, sizeof off, "%s/off-test", tmp);

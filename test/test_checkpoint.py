@@ -5,8 +5,9 @@ Reads a file written by relcl with nothing but json and struct, exactly as the s
 specification describes the format, and recomputes relcl's two checksums from their
 definition in include/relcl_checkpoint.h. Then writes files the way other tools do (the
 Python package's layout: tensors sorted by name, __metadata__ first, non-ASCII escaped) and
-has relcl read them back. When the `safetensors` package is installed, it loads relcl's
-file too (an extra, never a skip: the pure-Python checks run everywhere).
+has relcl read them back. The real `safetensors` package (PyPI, with numpy) must load relcl's
+file too: it comes from the venv test.sh makes (build/venv, RELCL_VENV_PYTHON), and its
+absence is a failure, not a skip.
 
 usage: test_checkpoint.py PATH/TO/test_checkpoint
 """
@@ -143,9 +144,26 @@ def dump(exe, path, foreign=False):
     return r.returncode, tensors, meta, r.stderr.strip()
 
 
+def venv_python():
+    """The venv python (RELCL_VENV_PYTHON, build/venv of scripts/deps.sh) when this python
+    lacks safetensors or numpy and that one exists: the test then reruns under it."""
+    try:
+        import numpy  # noqa: F401
+        import safetensors  # noqa: F401
+        return None
+    except ImportError:
+        py = os.environ.get("RELCL_VENV_PYTHON", "")
+        if py and os.path.exists(py) and os.path.abspath(py) != os.path.abspath(sys.executable):
+            return py
+        return None
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
+    py = venv_python()
+    if py:
+        os.execv(py, [py] + sys.argv)
     exe = sys.argv[1]
     with tempfile.TemporaryDirectory(prefix="relcl-ckpt-py-") as tmp:
         sample = os.path.join(tmp, "sample.safetensors")
@@ -174,9 +192,10 @@ def main():
             import numpy
             from safetensors.numpy import load_file
             from safetensors import safe_open
-        except ImportError:
-            print("note: the Python safetensors package is not installed; "
-                  "the checks above follow its specification instead")
+        except ImportError as e:
+            check(False, "the safetensors package (PyPI) loads relcl's file: not importable (%s) "
+                  "by %s; test.sh installs it into build/venv (scripts/deps.sh, relcl_pyvenv)"
+                  % (e, sys.executable))
         else:
             loaded = load_file(sample)
             ok = set(loaded) == set(SAMPLE)

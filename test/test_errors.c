@@ -1,6 +1,13 @@
 /* Every bad argument of the public calls returns its error status with a message, and
  * nothing crashes: shapes that disagree, k < 0, d = 0, NULL or too-small buffers, dropout
- * outside [0, 1). */
+ * outside [0, 1). The message is the call's own: before each call a successful one
+ * (relcl_finish) must leave relcl_last_error() empty, so "returns a message" cannot be
+ * satisfied by an older one, and every call that succeeds must leave "" too. */
+#include <sys/resource.h>
+
+#include "internal.h"
+#include "relcl_layers.h"
+#include "relcl_model.h"
 #include "testutil.h"
 
 static relcl_context *ctx;
@@ -10,8 +17,23 @@ static relcl_buf B(cl_mem m) { return relcl_buf_at(m, 0); }
 
 static void expect(relcl_status got, relcl_status want, const char *what) {
   const char *msg = relcl_last_error();
-  tu_check(got == want && (want == RELCL_OK || msg[0] != '\0'), "%-44s -> %s: %s", what, relcl_status_str(got), msg);
+  const int msg_ok = want == RELCL_OK ? msg[0] == '\0' : msg[0] != '\0';
+  tu_check(got == want && msg_ok, "%-44s -> %s: %s", what, relcl_status_str(got),
+           msg[0] ? msg : "(no message)");
 }
+
+/* A successful call first: the message of the checked call can then only be its own. */
+static void settle(void) {
+  relcl_status st = relcl_finish(ctx);
+  if (st != RELCL_OK || relcl_last_error()[0] != '\0')
+    tu_check(0, "relcl_finish succeeds and clears the message: %s", relcl_last_error());
+}
+
+#define EXPECT(call, want, what) \
+  do {                           \
+    settle();                    \
+    expect((call), (want), (what)); \
+  } while (0)
 
 static relcl_status fwd(const relcl_attn_desc *d, cl_mem q, cl_mem wk, cl_mem z, cl_mem probs,
                         cl_mem key_len) {
@@ -32,76 +54,118 @@ int main(void) {
   TU_OK(relcl_alloc(ctx, 1, &kl)); /* room for one sequence length only */
 
   relcl_attn_desc good = relcl_attn_desc_self(2, 2, 8, 8, 3), d;
-  expect(fwd(&good, big, big, big, big, NULL), RELCL_OK, "a valid call succeeds");
+  EXPECT(fwd(&good, big, big, big, big, NULL), RELCL_OK, "a valid call succeeds");
 
   d = good, d.batch = 0;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "batch = 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "batch = 0");
   d = good, d.heads = -1;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "heads < 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "heads < 0");
   d = good, d.head_dim = 0;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "d = 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "d = 0");
   d = good, d.nq = 0;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "nq = 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "nq = 0");
   d = good, d.nk = 0;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "nk = 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "nk = 0");
   d = good, d.max_rel = -1;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "k < 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "k < 0");
   d = good, d.q_pos0 = -2;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "q_pos0 < 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "q_pos0 < 0");
   d = good, d.dropout = 1.0f;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "dropout = 1");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "dropout = 1");
   d = good, d.dropout = -0.1f;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "dropout < 0");
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "dropout < 0");
   d = good, d.dropout = NAN;
-  expect(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "dropout NaN");
-  expect(relcl_attn_forward(ctx, NULL, B(big), B(big), B(big), B(big), B(big), RELCL_BUF_NONE,
+  EXPECT(fwd(&d, big, big, big, NULL, NULL), RELCL_ERR_INVALID_ARG, "dropout NaN");
+  EXPECT(relcl_attn_forward(ctx, NULL, B(big), B(big), B(big), B(big), B(big), RELCL_BUF_NONE,
                             B(big), RELCL_BUF_NONE),
          RELCL_ERR_INVALID_ARG, "desc NULL");
-  expect(relcl_attn_forward(NULL, &good, B(big), B(big), B(big), B(big), B(big), RELCL_BUF_NONE,
+  EXPECT(relcl_attn_forward(NULL, &good, B(big), B(big), B(big), B(big), B(big), RELCL_BUF_NONE,
                             B(big), RELCL_BUF_NONE),
          RELCL_ERR_INVALID_ARG, "ctx NULL");
-  expect(relcl_attn_forward(ctx, &good, RELCL_BUF_NONE, B(big), B(big), B(big), B(big),
+  EXPECT(relcl_attn_forward(ctx, &good, RELCL_BUF_NONE, B(big), B(big), B(big), B(big),
                             RELCL_BUF_NONE, B(big), RELCL_BUF_NONE),
          RELCL_ERR_INVALID_ARG, "Q NULL");
-  expect(fwd(&good, small_buf, big, big, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL, "Q too small");
-  expect(fwd(&good, big, small_buf, big, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL,
+  EXPECT(fwd(&good, small_buf, big, big, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL, "Q too small");
+  EXPECT(fwd(&good, big, small_buf, big, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL,
          "wK too small (shapes disagree)");
   d = good, d.per_head = 1;
-  expect(fwd(&d, big, small_buf, big, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL,
+  EXPECT(fwd(&d, big, small_buf, big, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL,
          "per-head wK too small");
-  expect(fwd(&good, big, big, small_buf, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL, "Z too small");
-  expect(fwd(&good, big, big, big, small_buf, NULL), RELCL_ERR_BUFFER_TOO_SMALL,
+  EXPECT(fwd(&good, big, big, small_buf, NULL, NULL), RELCL_ERR_BUFFER_TOO_SMALL, "Z too small");
+  EXPECT(fwd(&good, big, big, big, small_buf, NULL), RELCL_ERR_BUFFER_TOO_SMALL,
          "probs too small");
-  expect(fwd(&good, big, big, big, NULL, kl), RELCL_ERR_BUFFER_TOO_SMALL,
+  EXPECT(fwd(&good, big, big, big, NULL, kl), RELCL_ERR_BUFFER_TOO_SMALL,
          "key_len shorter than batch");
-  expect(relcl_attn_forward(ctx, &good, relcl_buf_at(big, (1 << 16) - 10), B(big), B(big),
+  EXPECT(relcl_attn_forward(ctx, &good, relcl_buf_at(big, (1 << 16) - 10), B(big), B(big),
                             B(big), B(big), RELCL_BUF_NONE, B(big), RELCL_BUF_NONE),
          RELCL_ERR_BUFFER_TOO_SMALL, "offset pushes Q past the buffer end");
   d = good, d.relative = 0;
-  expect(fwd(&d, big, small_buf, big, NULL, NULL), RELCL_OK, "wK unused without relative");
+  EXPECT(fwd(&d, big, small_buf, big, NULL, NULL), RELCL_OK, "wK unused without relative");
 
-  expect(bwd(&good, big, big, big), RELCL_OK, "a valid backward succeeds");
-  expect(bwd(&good, small_buf, big, big), RELCL_ERR_BUFFER_TOO_SMALL, "backward probs too small");
-  expect(bwd(&good, big, small_buf, big), RELCL_ERR_BUFFER_TOO_SMALL, "backward dQ too small");
-  expect(bwd(&good, big, big, small_buf), RELCL_ERR_BUFFER_TOO_SMALL, "backward dwK too small");
+  EXPECT(bwd(&good, big, big, big), RELCL_OK, "a valid backward succeeds");
+  EXPECT(bwd(&good, small_buf, big, big), RELCL_ERR_BUFFER_TOO_SMALL, "backward probs too small");
+  EXPECT(bwd(&good, big, small_buf, big), RELCL_ERR_BUFFER_TOO_SMALL, "backward dQ too small");
+  EXPECT(bwd(&good, big, big, small_buf), RELCL_ERR_BUFFER_TOO_SMALL, "backward dwK too small");
   d = good, d.max_rel = -3;
-  expect(bwd(&d, big, big, big), RELCL_ERR_INVALID_ARG, "backward k < 0");
+  EXPECT(bwd(&d, big, big, big), RELCL_ERR_INVALID_ARG, "backward k < 0");
 
   float host[16] = {0};
-  expect(relcl_write(ctx, B(small_buf), host, 16), RELCL_ERR_BUFFER_TOO_SMALL,
+  EXPECT(relcl_write(ctx, B(small_buf), host, 16), RELCL_ERR_BUFFER_TOO_SMALL,
          "write past the end");
-  expect(relcl_read(ctx, B(small_buf), host, 16), RELCL_ERR_BUFFER_TOO_SMALL, "read past the end");
-  expect(relcl_fill(ctx, B(small_buf), 1.0f, 9), RELCL_ERR_BUFFER_TOO_SMALL, "fill past the end");
-  expect(relcl_fill(ctx, RELCL_BUF_NONE, 1.0f, 1), RELCL_ERR_INVALID_ARG, "fill NULL");
-  expect(relcl_posenc_add(ctx, B(big), 2, 8, 0, 0), RELCL_ERR_INVALID_ARG, "posenc d_model = 0");
-  expect(relcl_posenc_add(ctx, B(small_buf), 2, 8, 16, 0), RELCL_ERR_BUFFER_TOO_SMALL,
+  EXPECT(relcl_read(ctx, B(small_buf), host, 16), RELCL_ERR_BUFFER_TOO_SMALL, "read past the end");
+  EXPECT(relcl_fill(ctx, B(small_buf), 1.0f, 9), RELCL_ERR_BUFFER_TOO_SMALL, "fill past the end");
+  EXPECT(relcl_fill(ctx, RELCL_BUF_NONE, 1.0f, 1), RELCL_ERR_INVALID_ARG, "fill NULL");
+  EXPECT(relcl_posenc_add(ctx, B(big), 2, 8, 0, 0), RELCL_ERR_INVALID_ARG, "posenc d_model = 0");
+  EXPECT(relcl_posenc_add(ctx, B(small_buf), 2, 8, 16, 0), RELCL_ERR_BUFFER_TOO_SMALL,
          "posenc x too small");
   cl_mem m = NULL;
-  expect(relcl_alloc(ctx, 0, &m), RELCL_ERR_INVALID_ARG, "alloc of zero elements");
-  expect(relcl_alloc(ctx, (size_t)1 << 60, &m), RELCL_ERR_OUT_OF_MEMORY, "alloc beyond the device");
-  expect(relcl_context_create(NULL, NULL), RELCL_ERR_INVALID_ARG, "context_create(NULL)");
-  relcl_context_destroy(NULL); /* a no-op */
-  tu_check(1, "relcl_context_destroy(NULL) is a no-op");
+  EXPECT(relcl_alloc(ctx, 0, &m), RELCL_ERR_INVALID_ARG, "alloc of zero elements");
+  EXPECT(relcl_alloc(ctx, (size_t)1 << 60, &m), RELCL_ERR_OUT_OF_MEMORY, "alloc beyond the device");
+  EXPECT(relcl_context_create(NULL, NULL), RELCL_ERR_INVALID_ARG, "context_create(NULL)");
+  /* a failure, then destroy(NULL): a no-op that leaves the failure's message alone */
+  EXPECT(relcl_fill(ctx, RELCL_BUF_NONE, 1.0f, 1), RELCL_ERR_INVALID_ARG, "fill NULL again");
+  relcl_context_destroy(NULL);
+  relcl_model_destroy(NULL);
+  tu_check(strstr(relcl_last_error(), "relcl_fill") != NULL,
+           "destroy(NULL) is a no-op and keeps the last message: %s", relcl_last_error());
+
+  /* A failure then a success of the same call, for each family of calls: the success leaves
+   * "" (before the fix the old message stayed). */
+  EXPECT(relcl_relu_forward(ctx, 9, B(small_buf), B(small_buf)), RELCL_ERR_BUFFER_TOO_SMALL,
+         "relu past the end");
+  expect(relcl_relu_forward(ctx, 8, B(small_buf), B(small_buf)), RELCL_OK,
+         "relu after a failed relu: message cleared");
+  relcl_model_config mc = *relcl_model_preset("tiny");
+  relcl_model *model = NULL;
+  EXPECT(relcl_model_create(ctx, &mc, 1, &model), RELCL_ERR_INVALID_ARG, "model without vocab");
+  mc.vocab = 16, mc.d_model = 8, mc.heads = 2, mc.d_ff = 8, mc.enc_layers = mc.dec_layers = 1;
+  expect(relcl_model_create(ctx, &mc, 1, &model), RELCL_OK,
+         "model_create after a failed one: message cleared");
+  relcl_model_destroy(model);
+  /* A model whose parameter arena is over the device's largest allocation is refused
+   * before its initial values are written on the host (they were, once: 15 GB of host
+   * memory and the kernel's OOM killer, for relcl-train's out-of-memory check). */
+  /* 1+1 layers of d_model 1024 hold ~12.6M + 4096 d_ff floats; a device that allocates
+   * 15.6 GB at once gets 2+2 layers at the largest d_ff instead: over the 2^32 parameters the
+   * library holds, refused as an invalid argument before any allocation */
+  const double arena = 1.5 * (double)ctx->max_alloc / 4; /* floats */
+  const int fits_limit = arena < 3.9e9;
+  mc.d_model = 1024, mc.heads = 16, mc.vocab = 16;
+  mc.enc_layers = mc.dec_layers = fits_limit ? 1 : 2;
+  mc.d_ff = fits_limit ? (int)fmax(1.0, (arena - 12.0 * 1024 * 1024) / (4.0 * 1024)) : 976562;
+  struct rusage r0, r1;
+  getrusage(RUSAGE_SELF, &r0);
+  relcl_status st = relcl_model_create(ctx, &mc, 1, &model);
+  getrusage(RUSAGE_SELF, &r1);
+  const long grew_mb = (r1.ru_maxrss - r0.ru_maxrss) / 1024;
+  tu_check(st == (fits_limit ? RELCL_ERR_OUT_OF_MEMORY : RELCL_ERR_INVALID_ARG) &&
+               model == NULL && grew_mb < 256,
+           "a model over the device's largest allocation (d_ff %d): %s, host memory grew %ld MB: "
+           "%s",
+           mc.d_ff, relcl_status_str(st), grew_mb, relcl_last_error());
+  EXPECT(relcl_alloc(ctx, 0, &m), RELCL_ERR_INVALID_ARG, "alloc of zero elements again");
+  expect(relcl_alloc(ctx, 4, &m), RELCL_OK, "alloc after a failed alloc: message cleared");
+  if (m) clReleaseMemObject(m);
   tu_check(strcmp(relcl_status_str(RELCL_ERR_BUILD), "OpenCL kernel build failed") == 0,
            "status strings come from the one list");
 

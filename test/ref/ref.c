@@ -46,7 +46,7 @@ int ref_dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static void *xcalloc(size_t n, size_t size) {
+void *ref_xcalloc(size_t n, size_t size) {
   /* A reference that cannot allocate a few KB has nothing useful to say: stop loudly. */
   void *p = calloc(n ? n : 1, size);
   if (!p) {
@@ -109,12 +109,12 @@ typedef struct row {
 
 static row row_alloc(const relcl_attn_desc *desc) {
   row w;
-  w.ok = xcalloc((size_t)desc->nk, sizeof *w.ok);
-  w.r = xcalloc((size_t)desc->nk, sizeof *w.r);
-  w.alpha = xcalloc((size_t)desc->nk, sizeof *w.alpha);
-  w.factor = xcalloc((size_t)desc->nk, sizeof *w.factor);
-  w.aK = xcalloc((size_t)desc->head_dim, sizeof *w.aK);
-  w.aV = xcalloc((size_t)desc->head_dim, sizeof *w.aV);
+  w.ok = ref_xcalloc((size_t)desc->nk, sizeof *w.ok);
+  w.r = ref_xcalloc((size_t)desc->nk, sizeof *w.r);
+  w.alpha = ref_xcalloc((size_t)desc->nk, sizeof *w.alpha);
+  w.factor = ref_xcalloc((size_t)desc->nk, sizeof *w.factor);
+  w.aK = ref_xcalloc((size_t)desc->head_dim, sizeof *w.aK);
+  w.aV = ref_xcalloc((size_t)desc->head_dim, sizeof *w.aV);
   return w;
 }
 
@@ -237,8 +237,8 @@ void ref_attn_backward_d(const relcl_attn_desc *desc, const double *Q, const dou
   if (dwV) memset(dwV, 0, nW * sizeof *dwV);
 
   row w = row_alloc(desc);
-  double *dalpha = xcalloc((size_t)nk, sizeof *dalpha);
-  double *de = xcalloc((size_t)nk, sizeof *de);
+  double *dalpha = ref_xcalloc((size_t)nk, sizeof *dalpha);
+  double *de = ref_xcalloc((size_t)nk, sizeof *de);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       size_t bh = (size_t)b * (size_t)H + (size_t)h;
@@ -308,7 +308,7 @@ void ref_attn_backward_d(const relcl_attn_desc *desc, const double *Q, const dou
 
 static double *to_double(const float *x, size_t n) {
   if (!x) return NULL;
-  double *y = xcalloc(n, sizeof *y);
+  double *y = ref_xcalloc(n, sizeof *y);
   for (size_t t = 0; t < n; t++) y[t] = (double)x[t];
   return y;
 }

@@ -13,9 +13,14 @@
 #ifndef RELCL_TEST_REF_H
 #define RELCL_TEST_REF_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "relcl.h"
+
+/* calloc that never returns NULL (at least one element): a reference that cannot allocate
+ * a few KB has nothing useful to say, so it stops loudly (abort). */
+void *ref_xcalloc(size_t n, size_t size);
 
 /* Philox4x32-10 (Salmon et al. 2011, Random123), key (k0, k1), counter c[4]; writes out[4]. */
 void ref_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1, uint32_t out[4]);

@@ -10,18 +10,9 @@
 
 #include "ref.h"
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "ref_layers: out of memory\n");
-    abort();
-  }
-  return p;
-}
-
 /* ---- layer norm ---- */
 
-static void row_stats(int d, double eps, const float *x, double *mean, double *rstd) {
+static void row_stats(int d, double eps, const double *x, double *mean, double *rstd) {
   double mu = 0.0, var = 0.0;
   for (int c = 0; c < d; c++) mu += x[c];
   mu /= d;
@@ -31,10 +22,16 @@ static void row_stats(int d, double eps, const float *x, double *mean, double *r
   *rstd = 1.0 / sqrt(var + eps);
 }
 
-void ref_layernorm_forward(int rows, int d, double eps, const float *x, const float *gain,
-                           const float *bias, double *y, double *mean, double *rstd) {
+static double *to_double(const float *x, size_t n) {
+  double *y = ref_xcalloc(n, sizeof *y);
+  for (size_t i = 0; i < n; i++) y[i] = x[i];
+  return y;
+}
+
+void ref_layernorm_forward_d(int rows, int d, double eps, const double *x, const double *gain,
+                             const double *bias, double *y, double *mean, double *rstd) {
   for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * d;
+    const double *xr = x + (size_t)r * d;
     double mu, rs;
     row_stats(d, eps, xr, &mu, &rs);
     for (int c = 0; c < d; c++) y[(size_t)r * d + c] = (xr[c] - mu) * rs * gain[c] + bias[c];
@@ -43,12 +40,20 @@ void ref_layernorm_forward(int rows, int d, double eps, const float *x, const fl
   }
 }
 
-void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
-                            const float *dy, double *dx, double *dgain, double *dbias) {
+void ref_layernorm_forward(int rows, int d, double eps, const float *x, const float *gain,
+                           const float *bias, double *y, double *mean, double *rstd) {
+  double *xd = to_double(x, (size_t)rows * d), *gd = to_double(gain, (size_t)d);
+  double *bd = to_double(bias, (size_t)d);
+  ref_layernorm_forward_d(rows, d, eps, xd, gd, bd, y, mean, rstd);
+  free(xd), free(gd), free(bd);
+}
+
+void ref_layernorm_backward_d(int rows, int d, double eps, const double *x, const double *gain,
+                              const double *dy, double *dx, double *dgain, double *dbias) {
   for (int c = 0; c < d; c++) dgain[c] = dbias[c] = 0.0;
-  double *xhat = xcalloc((size_t)d, sizeof *xhat);
+  double *xhat = ref_xcalloc((size_t)d, sizeof *xhat);
   for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * d, *dyr = dy + (size_t)r * d;
+    const double *xr = x + (size_t)r * d, *dyr = dy + (size_t)r * d;
     double mu, rs;
     row_stats(d, eps, xr, &mu, &rs);
     for (int c = 0; c < d; c++) xhat[c] = (xr[c] - mu) * rs;
@@ -68,6 +73,14 @@ void ref_layernorm_backward(int rows, int d, double eps, const float *x, const f
     }
   }
   free(xhat);
+}
+
+void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
+                            const float *dy, double *dx, double *dgain, double *dbias) {
+  double *xd = to_double(x, (size_t)rows * d), *gd = to_double(gain, (size_t)d);
+  double *dyd = to_double(dy, (size_t)rows * d);
+  ref_layernorm_backward_d(rows, d, eps, xd, gd, dyd, dx, dgain, dbias);
+  free(xd), free(gd), free(dyd);
 }
 
 /* ---- embedding ---- */
@@ -128,34 +141,50 @@ void ref_dropout_forward(size_t n, float p, uint64_t seed, uint64_t stream, cons
 
 /* ---- linear ---- */
 
-void ref_linear_forward(int rows, int in, int out, const float *x, const float *W,
-                        const float *b, double *y) {
+void ref_linear_forward_d(int rows, int in, int out, const double *x, const double *W,
+                          const double *b, double *y) {
   for (int r = 0; r < rows; r++)
     for (int o = 0; o < out; o++) {
       double s = b ? b[o] : 0.0;
-      for (int i = 0; i < in; i++) s += (double)x[(size_t)r * in + i] * W[(size_t)o * in + i];
+      for (int i = 0; i < in; i++) s += x[(size_t)r * in + i] * W[(size_t)o * in + i];
       y[(size_t)r * out + o] = s;
     }
 }
 
-void ref_linear_backward(int rows, int in, int out, const float *x, const float *W,
-                         const float *dy, double *dx, double *dW, double *db) {
+void ref_linear_forward(int rows, int in, int out, const float *x, const float *W,
+                        const float *b, double *y) {
+  double *xd = to_double(x, (size_t)rows * in), *Wd = to_double(W, (size_t)out * in);
+  double *bd = b ? to_double(b, (size_t)out) : NULL;
+  ref_linear_forward_d(rows, in, out, xd, Wd, bd, y);
+  free(xd), free(Wd), free(bd);
+}
+
+void ref_linear_backward_d(int rows, int in, int out, const double *x, const double *W,
+                           const double *dy, double *dx, double *dW, double *db) {
   for (int r = 0; r < rows; r++)
     for (int i = 0; i < in; i++) {
       double s = 0.0;
-      for (int o = 0; o < out; o++) s += (double)dy[(size_t)r * out + o] * W[(size_t)o * in + i];
+      for (int o = 0; o < out; o++) s += dy[(size_t)r * out + o] * W[(size_t)o * in + i];
       dx[(size_t)r * in + i] = s;
     }
   for (int o = 0; o < out; o++) {
     for (int i = 0; i < in; i++) {
       double s = 0.0;
-      for (int r = 0; r < rows; r++) s += (double)dy[(size_t)r * out + o] * x[(size_t)r * in + i];
+      for (int r = 0; r < rows; r++) s += dy[(size_t)r * out + o] * x[(size_t)r * in + i];
       dW[(size_t)o * in + i] = s;
     }
     double s = 0.0;
     for (int r = 0; r < rows; r++) s += dy[(size_t)r * out + o];
-    db[o] = s;
+    if (db) db[o] = s;
   }
+}
+
+void ref_linear_backward(int rows, int in, int out, const float *x, const float *W,
+                         const float *dy, double *dx, double *dW, double *db) {
+  double *xd = to_double(x, (size_t)rows * in), *Wd = to_double(W, (size_t)out * in);
+  double *dyd = to_double(dy, (size_t)rows * out);
+  ref_linear_backward_d(rows, in, out, xd, Wd, dyd, dx, dW, db);
+  free(xd), free(Wd), free(dyd);
 }
 
 /* ---- reductions ---- */
@@ -176,11 +205,11 @@ double ref_sumsq(size_t n, const float *x) {
 
 /* ---- loss ---- */
 
-void ref_xent(int rows, int V, double eps, int ignore_id, const float *logits,
-              const int32_t *targets, double grad_scale, double *losses, double *dlogits) {
-  double *p = xcalloc((size_t)V, sizeof *p);
+void ref_xent_d(int rows, int V, double eps, int ignore_id, const double *logits,
+                const int32_t *targets, double grad_scale, double *losses, double *dlogits) {
+  double *p = ref_xcalloc((size_t)V, sizeof *p);
   for (int r = 0; r < rows; r++) {
-    const float *z = logits + (size_t)r * V;
+    const double *z = logits + (size_t)r * V;
     const int t = targets[r];
     double *g = dlogits ? dlogits + (size_t)r * V : NULL;
     if (t == ignore_id || t < 0 || t >= V) {
@@ -204,6 +233,13 @@ void ref_xent(int rows, int V, double eps, int ignore_id, const float *logits,
     losses[2 * r + 1] = -((z[t] - mx) - log(sum));
   }
   free(p);
+}
+
+void ref_xent(int rows, int V, double eps, int ignore_id, const float *logits,
+              const int32_t *targets, double grad_scale, double *losses, double *dlogits) {
+  double *zd = to_double(logits, (size_t)rows * V);
+  ref_xent_d(rows, V, eps, ignore_id, zd, targets, grad_scale, losses, dlogits);
+  free(zd);
 }
 
 void ref_argmax(int rows, int cols, const float *x, int ld, int32_t *out) {

@@ -12,10 +12,15 @@
 /* y (rows, d), mean, rstd (rows) */
 void ref_layernorm_forward(int rows, int d, double eps, const float *x, const float *gain,
                            const float *bias, double *y, double *mean, double *rstd);
+/* The same on double inputs (the whole-model reference, ref_model.c). */
+void ref_layernorm_forward_d(int rows, int d, double eps, const double *x, const double *gain,
+                             const double *bias, double *y, double *mean, double *rstd);
 /* dx (rows, d) = J^T dy with J the Jacobian of one row's y in x, built entry by entry;
  * dgain, dbias (d) = the sums over rows (overwritten). */
 void ref_layernorm_backward(int rows, int d, double eps, const float *x, const float *gain,
                             const float *dy, double *dx, double *dgain, double *dbias);
+void ref_layernorm_backward_d(int rows, int d, double eps, const double *x, const double *gain,
+                              const double *dy, double *dx, double *dgain, double *dbias);
 
 /* out (n, d) = scale * table[ids]; ids outside 0..vocab-1 give zero rows */
 void ref_embedding_forward(int n, int d, int vocab, const int32_t *ids, const float *table,
@@ -41,9 +46,14 @@ void ref_dropout_forward(size_t n, float p, uint64_t seed, uint64_t stream, cons
 /* y (rows, out) = x W^T + b (b may be NULL) */
 void ref_linear_forward(int rows, int in, int out, const float *x, const float *W,
                         const float *b, double *y);
+void ref_linear_forward_d(int rows, int in, int out, const double *x, const double *W,
+                          const double *b, double *y);
 /* dx = dy W, dW = dy^T x, db = sum_r dy (all overwritten) */
 void ref_linear_backward(int rows, int in, int out, const float *x, const float *W,
                          const float *dy, double *dx, double *dW, double *db);
+/* on double inputs; db may be NULL (no bias) */
+void ref_linear_backward_d(int rows, int in, int out, const double *x, const double *W,
+                           const double *dy, double *dx, double *dW, double *db);
 
 /* y (cols) = column sums of x (rows, cols; stride ld) */
 void ref_colsum(int rows, int cols, const float *x, int ld, double *y);
@@ -54,6 +64,9 @@ double ref_sumsq(size_t n, const float *x);
  * 0..V-1 get zeros. */
 void ref_xent(int rows, int V, double eps, int ignore_id, const float *logits,
               const int32_t *targets, double grad_scale, double *losses, double *dlogits);
+
+void ref_xent_d(int rows, int V, double eps, int ignore_id, const double *logits,
+                const int32_t *targets, double grad_scale, double *losses, double *dlogits);
 
 /* first index of the largest non-NaN entry of each row (0 for a row of NaN) */
 void ref_argmax(int rows, int cols, const float *x, int ld, int32_t *out);

@@ -1,0 +1,48 @@
+/* The parts of relcl-bench: the training-step comparison (relcl-bench.c), the attention
+ * scaling sweep (bench_scaling.c) and the device's own limits (bench_peak.c). Each part
+ * prints its table on stdout (unless quiet) and adds its figures to a cJSON object. */
+#ifndef RELCL_BENCH_H
+#define RELCL_BENCH_H
+
+#include "relcl.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Seconds on a monotonic clock. */
+double bench_now(void);
+/* Median, min and max of n values (n >= 1); values is reordered. */
+void bench_stats(double *values, int n, double *median, double *min, double *max);
+/* Add a JSON array of n numbers under key. */
+void bench_json_array(cJSON *obj, const char *key, const double *values, int n);
+
+/* ---- attention scaling (bench_scaling.c) ---- */
+
+typedef struct bench_scaling_opts {
+  int n_min, n_max; /* lengths n_min, 2 n_min, ... up to n_max */
+  int batch, heads, head_dim, k;
+  int reps;
+  const char *plot; /* PNG path prefix ("" or NULL: no plot) */
+  bool quiet;
+} bench_scaling_opts;
+
+/* Attention forward + backward time and the extra device memory of the relative terms for
+ * each n, absolute against relative with k and with k = n. 0, or 1 after printing why. */
+int bench_scaling(relcl_context *ctx, const bench_scaling_opts *o, cJSON *out);
+
+/* ---- the device's limits (bench_peak.c) ---- */
+
+typedef struct bench_peaks {
+  double copy_gbs;     /* device-to-device copy, bytes read + written per second / 1e9 */
+  double fma_gflops;   /* multiply-adds, 2 flops each */
+  double sgemm_gflops; /* relcl's (CLBlast's) SGEMM at a large square shape, as tuned */
+  int sgemm_n;
+} bench_peaks;
+
+/* Measure the copy and FMA kernels (built here from source, on the context's device and a
+ * queue of their own) and a large SGEMM through relcl_linear_forward. 0, or 1 after
+ * printing why. */
+int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out);
+
+#endif

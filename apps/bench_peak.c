@@ -1,0 +1,151 @@
+/* relcl-bench: the device's own limits, to say how far relcl's kernels and GEMMs are from
+ * them. A copy kernel gives memory bandwidth, a kernel of independent fused multiply-adds the
+ * arithmetic rate; both are built here from source (they are not relcl's) and timed with
+ * OpenCL events on a queue of their own. The SGEMM figure is relcl's own GEMM (CLBlast, with
+ * whatever tuning the context applied) at a large square shape. */
+#include "bench.h"
+#include "relcl_layers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *peak_source =
+    "__kernel void bench_copy(__global const float4 *src, __global float4 *dst) {\n"
+    "  size_t i = get_global_id(0);\n"
+    "  dst[i] = src[i];\n"
+    "}\n"
+    "/* 8 independent chains of float4 fma: enough parallelism per work-item to fill the\n"
+    " * pipelines; the result is stored so that nothing is optimized away. */\n"
+    "__kernel void bench_fma(__global float *out, float a, float b, int iters) {\n"
+    "  float4 x0 = (float4)(get_global_id(0) * 1e-9f), x1 = x0 + 0.1f, x2 = x0 + 0.2f,\n"
+    "         x3 = x0 + 0.3f, x4 = x0 + 0.4f, x5 = x0 + 0.5f, x6 = x0 + 0.6f, x7 = x0 + 0.7f;\n"
+    "  for (int i = 0; i < iters; i++) {\n"
+    "    x0 = fma(x0, a, b); x1 = fma(x1, a, b); x2 = fma(x2, a, b); x3 = fma(x3, a, b);\n"
+    "    x4 = fma(x4, a, b); x5 = fma(x5, a, b); x6 = fma(x6, a, b); x7 = fma(x7, a, b);\n"
+    "  }\n"
+    "  float4 s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;\n"
+    "  out[get_global_id(0)] = s.x + s.y + s.z + s.w;\n"
+    "}\n";
+
+enum { FMA_CHAINS = 8, FMA_WIDTH = 4 };
+
+/* Best device time in seconds of `reps` launches of kernel over global work-items. */
+static int time_kernel(cl_command_queue q, cl_kernel k, size_t global, int reps, double *best) {
+  *best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    cl_event ev = NULL;
+    cl_int err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, NULL, 0, NULL, &ev);
+    if (err == CL_SUCCESS) err = clWaitForEvents(1, &ev);
+    cl_ulong t0 = 0, t1 = 0;
+    if (err == CL_SUCCESS)
+      err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+    if (err == CL_SUCCESS)
+      err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    if (ev) clReleaseEvent(ev);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "relcl-bench: device peak kernel failed (OpenCL error %d)\n", (int)err);
+      return 1;
+    }
+    double s = (double)(t1 - t0) * 1e-9;
+    if (s > 0 && s < *best) *best = s;
+  }
+  return 0;
+}
+
+/* relcl's SGEMM (y = x W^T, n x n x n) timed with relcl's profiler: device time only. */
+static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
+  cl_mem x = NULL, w = NULL, y = NULL;
+  size_t nn = (size_t)n * (size_t)n;
+  int rc = 1;
+  relcl_status st = relcl_profile_enable(ctx, 1);
+  if (st != RELCL_OK || (st = relcl_alloc(ctx, nn, &x)) != RELCL_OK ||
+      (st = relcl_alloc(ctx, nn, &w)) != RELCL_OK || (st = relcl_alloc(ctx, nn, &y)) != RELCL_OK ||
+      (st = relcl_fill(ctx, relcl_buf_at(x, 0), 0.5f, nn)) != RELCL_OK ||
+      (st = relcl_fill(ctx, relcl_buf_at(w, 0), 0.25f, nn)) != RELCL_OK)
+    goto done;
+  /* one untimed call: CLBlast compiles its kernel for the shape */
+  if ((st = relcl_linear_forward(ctx, n, n, n, relcl_buf_at(x, 0), relcl_buf_at(w, 0),
+                                 RELCL_BUF_NONE, relcl_buf_at(y, 0))) != RELCL_OK ||
+      (st = relcl_finish(ctx)) != RELCL_OK)
+    goto done;
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    relcl_profile_summary s;
+    if ((st = relcl_profile_reset(ctx)) != RELCL_OK ||
+        (st = relcl_linear_forward(ctx, n, n, n, relcl_buf_at(x, 0), relcl_buf_at(w, 0),
+                                   RELCL_BUF_NONE, relcl_buf_at(y, 0))) != RELCL_OK ||
+        (st = relcl_finish(ctx)) != RELCL_OK ||
+        (st = relcl_profile_summary_get(ctx, &s)) != RELCL_OK)
+      goto done;
+    double ms = s.part_ms[RELCL_PART_CONTENT_GEMM];
+    if (ms > 0 && ms < best) best = ms;
+  }
+  *gflops = 2.0 * n * (double)nn / (best * 1e-3) * 1e-9;
+  rc = 0;
+done:
+  if (rc)
+    fprintf(stderr, "relcl-bench: SGEMM peak: %s: %s\n", relcl_status_str(st), relcl_last_error());
+  cl_mem m[] = {x, w, y};
+  for (int i = 0; i < 3; i++)
+    if (m[i]) clReleaseMemObject(m[i]);
+  return rc;
+}
+
+int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out) {
+  cl_context cl = relcl_context_cl(ctx);
+  cl_device_id dev = relcl_context_device(ctx);
+  cl_int err;
+  cl_command_queue q = NULL;
+  cl_program prog = NULL;
+  cl_kernel kcopy = NULL, kfma = NULL;
+  cl_mem a = NULL, b = NULL;
+  int rc = 1;
+  const size_t copy_floats = quick ? ((size_t)1 << 22) : ((size_t)1 << 24); /* 16 / 64 MiB */
+  const size_t fma_items = quick ? ((size_t)1 << 14) : ((size_t)1 << 16);
+  const int iters = 256, reps = quick ? 2 : 5;
+
+  q = clCreateCommandQueue(cl, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+  if (err != CL_SUCCESS) goto cl_fail;
+  prog = clCreateProgramWithSource(cl, 1, &peak_source, NULL, &err);
+  if (err != CL_SUCCESS) goto cl_fail;
+  if ((err = clBuildProgram(prog, 1, &dev, "", NULL, NULL)) != CL_SUCCESS) goto cl_fail;
+  kcopy = clCreateKernel(prog, "bench_copy", &err);
+  if (err != CL_SUCCESS) goto cl_fail;
+  kfma = clCreateKernel(prog, "bench_fma", &err);
+  if (err != CL_SUCCESS) goto cl_fail;
+  a = clCreateBuffer(cl, CL_MEM_READ_WRITE, copy_floats * 4, NULL, &err);
+  if (err != CL_SUCCESS) goto cl_fail;
+  b = clCreateBuffer(cl, CL_MEM_READ_WRITE, copy_floats * 4, NULL, &err);
+  if (err != CL_SUCCESS) goto cl_fail;
+  float zero = 0.0f;
+  if ((err = clEnqueueFillBuffer(q, a, &zero, sizeof zero, 0, copy_floats * 4, 0, NULL, NULL)) !=
+      CL_SUCCESS)
+    goto cl_fail;
+  float fa = 0.999f, fb = 0.001f;
+  if ((err = clSetKernelArg(kcopy, 0, sizeof a, &a)) != CL_SUCCESS ||
+      (err = clSetKernelArg(kcopy, 1, sizeof b, &b)) != CL_SUCCESS ||
+      (err = clSetKernelArg(kfma, 0, sizeof b, &b)) != CL_SUCCESS ||
+      (err = clSetKernelArg(kfma, 1, sizeof fa, &fa)) != CL_SUCCESS ||
+      (err = clSetKernelArg(kfma, 2, sizeof fb, &fb)) != CL_SUCCESS ||
+      (err = clSetKernelArg(kfma, 3, sizeof iters, &iters)) != CL_SUCCESS)
+    goto cl_fail;
+  double t;
+  if (time_kernel(q, kcopy, copy_floats / 4, reps + 1, &t)) goto done;
+  out->copy_gbs = 2.0 * (double)copy_floats * 4 / t * 1e-9;
+  if (time_kernel(q, kfma, fma_items, reps + 1, &t)) goto done;
+  out->fma_gflops = (double)fma_items * iters * FMA_CHAINS * FMA_WIDTH * 2 / t * 1e-9;
+  out->sgemm_n = quick ? 256 : 1024;
+  if (time_sgemm(ctx, out->sgemm_n, reps, &out->sgemm_gflops)) goto done;
+  rc = 0;
+  goto done;
+cl_fail:
+  fprintf(stderr, "relcl-bench: device peak kernels: OpenCL error %d\n", (int)err);
+done:
+  if (a) clReleaseMemObject(a);
+  if (b) clReleaseMemObject(b);
+  if (kcopy) clReleaseKernel(kcopy);
+  if (kfma) clReleaseKernel(kfma);
+  if (prog) clReleaseProgram(prog);
+  if (q) clReleaseCommandQueue(q);
+  return rc;
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""relcl-bench from outside: the --quick smoke run and its flags. No timing is asserted
+(the machine is shared and noisy); what is checked is that every part ran and that its
+figures are consistent with one another: rates positive, the overhead computed from the two
+rates, the breakdown's parts adding up to the device time, relative GEMMs only where there
+are relative positions, the scaling sweep's lengths and its PNG plots, bad flags refused.
+
+usage: test_bench.py PATH/TO/relcl-bench
+Prints one line per check and ends with "N passed, M failed".
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+passed = failed = 0
+
+
+def check(ok, what, detail=""):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok or not detail else "\n     " + detail))
+    sys.stdout.flush()
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+
+
+def close(a, b, rel):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+def main():
+    bench = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        plot = os.path.join(tmp, "scaling")
+        r = subprocess.run([bench, "--quick", "--json", "--plot", plot], cwd=tmp,
+                           capture_output=True, text=True, timeout=600)
+        check(r.returncode == 0, "--quick --json exits 0", r.stderr[-2000:])
+        try:
+            out = json.loads(r.stdout)
+        except ValueError as e:
+            check(False, "--json prints one JSON object", "%s: %r" % (e, r.stdout[:500]))
+            return
+        check(True, "--json prints one JSON object")
+        for key in ("device", "absolute_steps_per_s", "relative_steps_per_s", "overhead_percent",
+                    "variants", "limits", "scaling", "tuning"):
+            check(key in out, "JSON has %s" % key)
+        a, rel = out["absolute_steps_per_s"], out["relative_steps_per_s"]
+        check(a > 0 and rel > 0 and math.isfinite(a) and math.isfinite(rel),
+              "step rates positive (absolute %.3f, relative %.3f)" % (a, rel))
+        # overhead = the decrease in steps/s: 1 - relative / absolute
+        check(close(out["overhead_percent"], 100 * (1 - rel / a), 1e-6),
+              "overhead_percent = 100 (1 - relative / absolute) = %.2f" % out["overhead_percent"])
+        v = out["variants"]
+        check(len(v) == 2 and v[0]["positions"] == "absolute" and v[1]["positions"] == "relative",
+              "two variants by default: absolute, relative")
+        for x in v:
+            runs = x["steps_per_s_runs"]
+            check(len(runs) == 2 and x["steps_per_s_min"] <= x["steps_per_s"] <= x["steps_per_s_max"]
+                  and close(x["target_tokens_per_s"], x["steps_per_s"] * out["target_tokens"], 1e-6),
+                  "%s: median within min..max over 2 runs, tokens/s = steps/s x %d tokens"
+                  % (x["name"], out["target_tokens"]))
+            parts = x["breakdown_ms"]
+            check(close(sum(parts.values()), x["device_busy_ms"], 1e-6) and x["device_busy_ms"] > 0,
+                  "%s: the parts add up to the device busy time (%.1f ms)" % (x["name"], x["device_busy_ms"]))
+            check(close(x["host_gap_ms"], x["wall_profiled_ms"] - x["device_busy_ms"], 1e-6) and
+                  x["host_gap_ms"] >= 0 and x["device_span_ms"] >= 0.999 * x["device_busy_ms"],
+                  "%s: host gap = profiled wall - device busy >= 0 (%.1f ms); span >= busy"
+                  % (x["name"], x["host_gap_ms"]))
+        check(v[0]["breakdown_ms"]["relative GEMMs"] == 0 and v[1]["breakdown_ms"]["relative GEMMs"] > 0,
+              "relative GEMMs only in the relative model")
+        lim = out["limits"]
+        check(lim["copy_gb_per_s"] > 0 and lim["fma_gflop_per_s"] > 0 and lim["sgemm_gflop_per_s"] > 0,
+              "device limits measured (copy, FMA, SGEMM)")
+        ent = lim["relative_step_entries"]
+        gemms = [e for e in ent if "gflop_per_s" in e]
+        check(any(e["part"] == "relative GEMMs" for e in gemms) and
+              all(close(e["fraction_of_fma_peak"], e["gflop_per_s"] / lim["fma_gflop_per_s"], 1e-6)
+                  for e in gemms),
+              "per-shape GEMM rates and their fraction of the FMA peak (%d shapes)" % len(gemms))
+        rated = [e for e in ent if "gb_per_s_least_traffic" in e]
+        check({"attn_fwd_rows", "ln_fwd", "adam_update"} <= {e["name"] for e in rated} and
+              all(close(e["fraction_of_copy_peak"],
+                        e["gb_per_s_least_traffic"] / lim["copy_gb_per_s"], 1e-6) for e in rated),
+              "kernels rated against the copy bandwidth (%d kernels)" % len(rated))
+        sc = out["scaling"]
+        check([p["n"] for p in sc] == [32, 64], "scaling at n = 32, 64 with --quick")
+        check(all(0 < p["extra_bytes_relative_k"] < p["naive_n_n_d_bytes"] for p in sc),
+              "extra memory of the relative terms positive and below n*n*d")
+        for suffix in ("time", "memory"):
+            path = "%s-%s.png" % (plot, suffix)
+            ok = os.path.exists(path)
+            if ok:
+                with open(path, "rb") as f:
+                    ok = f.read(8) == b"\x89PNG\r\n\x1a\n"
+            check(ok, "plot %s-%s.png written as a PNG" % (os.path.basename(plot), suffix))
+        check("applies" in out["tuning"], "tuning: says which applies (%s)" % out["tuning"].get("applies"))
+
+        # usage errors: exit 2, one line naming the flag
+        for args, name in ((["--reps", "0"], "--reps"), (["--preset", "huge"], "--preset"),
+                           (["--bogus"], "--bogus"), (["--length"], "--length")):
+            r = subprocess.run([bench] + args, cwd=tmp, capture_output=True, text=True, timeout=60)
+            lines = r.stderr.strip().splitlines()
+            check(r.returncode == 2 and len(lines) == 1 and name in lines[0],
+                  "%s: exit 2 with one line naming it" % " ".join(args),
+                  "exit %d: %r" % (r.returncode, r.stderr))
+        r = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and "--quick" in r.stdout, "--help")
+
+
+if __name__ == "__main__":
+    main()
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
