@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # demo.sh: relcl's main job, from a fresh Debian/Ubuntu machine: install what is missing,
-# build, list the OpenCL devices (and build every kernel on each), then show relative and
+# build, tune CLBlast's GEMMs for the device once (when no tuning measured on it applies), list
+# the OpenCL devices (and build every kernel on each), then show relative and
 # absolute attention side by side, then train a tiny relative-position Transformer on the
 # bundled English-French corpus for about ten minutes and translate a few test sentences,
 # then translate the whole test set with beam search and print its sacrebleu BLEU.
@@ -26,6 +27,17 @@ build() {
     meson setup build
   fi
   ninja -C build
+}
+
+# CLBlast's SGEMM parameters for this device: when none measured on it apply (another
+# device's, or CLBlast's defaults, which run several times slower on a CPU), measure them once
+# with relcl-tune --quick (a few minutes); the file goes to the cache directory's tuning/
+# folder, like the compiled kernels, so later runs skip this. A failed tuner leaves the
+# tuning relcl-info reports in place.
+tune() {
+  step "CLBlast tuning for this device (build/apps/relcl-tune --quick --if-needed)"
+  build/apps/relcl-tune --quick --if-needed ||
+    echo "relcl-tune failed (see above): continuing with the tuning relcl-info reports"
 }
 
 device_info() {
@@ -98,6 +110,7 @@ bleu_demo() {
 main() {
   install_deps
   build
+  tune
   device_info
   attention_demo
   train_demo

@@ -1236,6 +1236,7 @@ static int run_main(run *r, int argc, char **argv) {
     goto out;
   }
   printf("device: %s\n", relcl_context_device_name(r->ctx));
+  printf("CLBlast tuning: %s\n", relcl_context_tuning(r->ctx));
   if ((st = relcl_model_create(r->ctx, &r->mcfg, r->cfg.seed, &r->model)) != RELCL_OK) {
     device_error(r, st, "creating the model");
     goto out;

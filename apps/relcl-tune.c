@@ -1,14 +1,22 @@
-/* relcl-tune: measures CLBlast's best GEMM parameters for one OpenCL device with CLBlast's
- * own tuners (package clblast-utils) and writes them as a relcl tuning file, which every
- * relcl context on that device then applies (see lib/tuning.c). CLBlast ships tuned values
- * for many GPUs; for other devices (PoCL on a CPU, a new GPU) its defaults can be several
- * times slower. */
+/* relcl-tune: measures CLBlast's best SGEMM parameters for one OpenCL device with CLBlast's
+ * own tuners (package clblast-utils) at the GEMM shapes relcl runs, and writes them as a relcl
+ * tuning file, which every relcl context on that device then applies (see lib/tuning.c).
+ * CLBlast ships tuned values for many GPUs; for other devices (PoCL on a CPU, a new GPU) its
+ * defaults can be several times slower.
+ *
+ * The search is bounded by wall-clock time, not by CLBlast's search-space sizes: each kernel
+ * tuner runs its phases (a fixed set, then random samples of a larger space) and relcl-tune
+ * reads every configuration it times from its output as it goes, stopping the tuner when its
+ * share of the time is spent. (CLBlast 1.5's -fraction divides the number of configurations,
+ * so a fraction below 1 multiplies them: 578 / 0.00001 = 58 million, and bad_alloc.) */
 #include "relcl.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,88 +27,376 @@
 #include <unistd.h>
 
 #define PROG "relcl-tune"
+#define MAX_SHAPES 8
+#define MAX_PARAMS 24
+#define MAX_RESULTS 4096
 
-/* Each tuner times a fixed set of configurations, then a random part of a larger space:
- * about 240 random configurations for either at the default --effort 1. */
-static const struct {
-  const char *name;
-  double fraction; /* of the random space, at effort 1 */
-} tuners[] = {
-    {"clblast_tuner_xgemm", 1e-5},        /* random space: 24 million configurations */
-    {"clblast_tuner_xgemm_direct", 5e-3}, /* random space: 46 thousand */
-};
+typedef struct {
+  long m, n, k;
+} shape;
+
+/* Default shapes: a training step of relcl's presets (tokens x d_model x d_model for the
+ * attention projections, tokens x d_ff x d_model for the feed-forward layer; the tiny preset
+ * that demo.sh trains, d_model 128, then d_model 256), rounded to the multiples of 128
+ * CLBlast's Xgemm tuner needs; decoding's products (a beam of rows times d_model, over a
+ * source of up to 512 positions) for the direct kernel; all of them for the choice between
+ * the direct and the indirect kernel. --quick: the tiny preset's. */
+static const char *const default_xgemm = "2048x128x128,2048x512x128,2048x256x256,2048x1024x256";
+static const char *const default_direct = "128x128x512,128x256x256";
+static const char *const default_routine =
+    "128x128x512,2048x128x128,2048x512x128,128x256x256,2048x256x256,2048x1024x256";
+static const char *const quick_xgemm = "2048x128x128,2048x512x128";
+static const char *const quick_direct = "128x128x512";
+static const char *const quick_routine = "128x128x512,2048x128x128,2048x512x128";
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: " PROG " [--device SPEC] [--size N] [--effort X] [--output FILE]\n"
-          "Runs CLBlast's SGEMM tuners (%s, %s) on one device and writes the best parameters\n"
-          "as a relcl tuning file. Default output: the cache directory's tuning/ folder\n"
-          "($RELCL_CACHE_DIR, else $XDG_CACHE_HOME/relcl or ~/.cache/relcl), where every relcl\n"
-          "context finds it. --size: matrix size the tuners time (default 512); --effort:\n"
-          "multiplies the number of random configurations tried (default 1, about 240 per\n"
-          "tuner). Takes several minutes on a CPU device.\n",
-          tuners[0].name, tuners[1].name);
+          "usage: " PROG " [--device SPEC] [--quick] [--budget SECONDS] [--output FILE]\n"
+          "       [--xgemm-shapes LIST] [--direct-shapes LIST] [--routine-shapes LIST]\n"
+          "       [--if-needed]\n"
+          "Runs CLBlast's SGEMM tuners on one device (clblast_tuner_xgemm for the indirect\n"
+          "kernel, clblast_tuner_xgemm_direct for the direct one, clblast_tuner_routine_xgemm\n"
+          "for the size at which to switch between them) at the GEMM shapes relcl runs, and\n"
+          "writes the best parameters as a relcl tuning file. Default output: the cache\n"
+          "directory's tuning/ folder ($RELCL_CACHE_DIR, else $XDG_CACHE_HOME/relcl or\n"
+          "~/.cache/relcl), where every relcl context on this device finds it.\n"
+          "  --budget S     wall-clock time for the whole search (default 900; --quick: 240)\n"
+          "  --quick        fewer shapes and one timing run per configuration\n"
+          "  --*-shapes     comma-separated MxNxK products (Xgemm: multiples of 128)\n"
+          "  --if-needed    do nothing when tuning measured on this device already applies\n"
+          "Defaults: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n"
+          "With --quick: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n",
+          default_xgemm, default_direct, default_routine, quick_xgemm, quick_direct,
+          quick_routine);
 }
 
-static int run_tuner(const char *dir, const char *tuner, int p, int d, const char *size,
-                     double fraction_value) {
-  char pl[16], dv[16], log[4200], fraction[32];
-  snprintf(fraction, sizeof fraction, "%.8f", fraction_value);
-  snprintf(pl, sizeof pl, "%d", p);
-  snprintf(dv, sizeof dv, "%d", d);
-  snprintf(log, sizeof log, "%s/%s.log", dir, tuner);
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* "MxNxK,..." into shapes; false (and one line) when malformed. */
+static bool parse_shapes(const char *flag, const char *text, bool mult128, shape *out, int *n) {
+  *n = 0;
+  const char *s = text;
+  while (*s) {
+    shape sh;
+    int used = 0;
+    if (*n == MAX_SHAPES || sscanf(s, "%ldx%ldx%ld%n", &sh.m, &sh.n, &sh.k, &used) != 3 ||
+        sh.m < 16 || sh.n < 16 || sh.k < 16 || sh.m > 8192 || sh.n > 8192 || sh.k > 8192 ||
+        (mult128 && (sh.m % 128 || sh.n % 128 || sh.k % 32)) ||
+        (s[used] != ',' && s[used] != '\0'))
+      break;
+    out[(*n)++] = sh;
+    s += used + (s[used] == ',');
+  }
+  if (*s == '\0' && *n > 0) return true;
+  fprintf(stderr, PROG ": %s %s: give 1 to %d comma-separated MxNxK from 16 to 8192%s\n", flag,
+          text, MAX_SHAPES, mult128 ? " (M and N multiples of 128, K of 32)" : "");
+  return false;
+}
+
+/* One timed configuration of a kernel tuner, read from its table. */
+typedef struct {
+  int shape;
+  char names[MAX_PARAMS][16];
+  long values[MAX_PARAMS];
+  int n;
+  double ms;
+} result;
+
+typedef struct {
+  result *r;
+  int n;
+} results;
+
+static void strip_ansi(char *s) {
+  char *w = s;
+  for (char *r = s; *r; r++) {
+    if (*r == '\033') {
+      while (*r && *r != 'm') r++;
+      if (!*r) break;
+      continue;
+    }
+    *w++ = *r;
+  }
+  *w = '\0';
+}
+
+/* One line of a tuner's output: a "* Parameters explored:" header sets the names, a table row
+ * whose status reads "results match" adds a result. */
+static void take_line(char *line, int shape_index, char names[][16], int *n_names,
+                      results *out) {
+  strip_ansi(line);
+  const char *hdr = "* Parameters explored:";
+  if (strncmp(line, hdr, strlen(hdr)) == 0) {
+    *n_names = 0;
+    for (char *t = strtok(line + strlen(hdr), " \n"); t && *n_names < MAX_PARAMS;
+         t = strtok(NULL, " \n"))
+      snprintf(names[(*n_names)++], 16, "%s", t);
+    return;
+  }
+  if (line[0] != '|' || !strstr(line, "results match") || *n_names == 0) return;
+  char *field[16];
+  int nf = 0;
+  for (char *p = line + 1; nf < 16;) {
+    field[nf++] = p;
+    char *bar = strchr(p, '|');
+    if (!bar) break;
+    *bar = '\0';
+    p = bar + 1;
+  }
+  /* | ID | total | parameters | (local | global |) compiles | time | GFLOPS | status | */
+  if (nf < 7 || atoi(field[0]) <= 0 || out->n == MAX_RESULTS) return;
+  int status = nf - 1;
+  while (status > 0 && !strstr(field[status], "results match")) status--;
+  double ms = atof(field[status - 2]);
+  if (!(ms > 0) || !strstr(field[status - 2], "ms")) return;
+  result *r = &out->r[out->n];
+  r->shape = shape_index;
+  r->ms = ms;
+  r->n = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(field[2], " ", &save); t && r->n < *n_names;
+       t = strtok_r(NULL, " ", &save)) {
+    snprintf(r->names[r->n], 16, "%s", names[r->n]);
+    r->values[r->n++] = atol(t);
+  }
+  if (r->n == *n_names) out->n++;
+}
+
+/* Runs one CLBlast tuner in dir until it ends or `seconds` pass (then it is stopped: the
+ * budget, not a failure), reading its results into out. Returns 0 when it ended by itself or
+ * was stopped, else its exit status (or SIGNALED + the signal that killed it), with the last
+ * line of its standard error in last_err. */
+#define SIGNALED 1000
+
+/* One line for a tuner that failed. */
+static void report_failure(const char *tuner, const char *m, const char *n, const char *k,
+                           int rc, const char *err) {
+  fprintf(stderr, PROG ": %s at %sx%sx%s failed (%s %d): %s\n", tuner, m, n, k,
+          rc >= SIGNALED ? "killed by signal" : "exit status",
+          rc >= SIGNALED ? rc - SIGNALED : rc, err[0] ? err : "no message");
+}
+
+static int run_tuner(const char *dir, const char *const *argv, double seconds, int shape_index,
+                     results *out, char *last_err, size_t last_err_size) {
+  char errlog[4200];
+  snprintf(errlog, sizeof errlog, "%s/%s.stderr", dir, argv[0]);
+  last_err[0] = '\0';
+  int fds[2];
+  if (pipe(fds) != 0) {
+    snprintf(last_err, last_err_size, "pipe: %s", strerror(errno));
+    return 1;
+  }
   pid_t pid = fork();
-  if (pid < 0) return -1;
+  if (pid < 0) {
+    snprintf(last_err, last_err_size, "fork: %s", strerror(errno));
+    close(fds[0]);
+    close(fds[1]);
+    return 1;
+  }
   if (pid == 0) {
-    if (chdir(dir) != 0 || !freopen(log, "w", stdout) || !freopen(log, "a", stderr)) _exit(127);
-    execlp(tuner, tuner, "-platform", pl, "-device", dv, "-precision", "32", "-m", size, "-n",
-           size, "-k", size, "-fraction", fraction, "-runs", "1", (char *)NULL);
+    int err = open(errlog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (chdir(dir) != 0 || err < 0 || dup2(fds[1], 1) < 0 || dup2(err, 2) < 0) _exit(127);
+    close(fds[0]);
+    /* line-buffered output, so that a stopped tuner has printed every row it timed */
+    const char *args[40] = {"stdbuf", "-oL"};
+    int a = 2;
+    for (int i = 0; argv[i] && a < 39; i++) args[a++] = argv[i];
+    args[a] = NULL;
+    execvp("stdbuf", (char *const *)args);
+    execvp(argv[0], (char *const *)argv);
     _exit(127);
   }
+  close(fds[1]);
+  double deadline = now() + seconds;
+  bool stopped = false;
+  char names[MAX_PARAMS][16];
+  int n_names = 0;
+  char buf[8192];
+  size_t have = 0;
+  for (;;) {
+    double left = deadline - now();
+    if (left <= 0 && !stopped) {
+      kill(pid, SIGTERM);
+      stopped = true;
+    }
+    struct pollfd p = {fds[0], POLLIN, 0};
+    int pr = poll(&p, 1, stopped ? 2000 : (int)(left * 1000) + 1);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) {
+      if (stopped) kill(pid, SIGKILL);
+      continue;
+    }
+    ssize_t got = read(fds[0], buf + have, sizeof buf - 1 - have);
+    if (got <= 0) break;
+    have += (size_t)got;
+    buf[have] = '\0';
+    char *start = buf, *nl;
+    while ((nl = strchr(start, '\n'))) {
+      *nl = '\0';
+      take_line(start, shape_index, names, &n_names, out);
+      start = nl + 1;
+    }
+    have = strlen(start);
+    memmove(buf, start, have);
+    if (have == sizeof buf - 1) have = 0; /* an absurdly long line: drop it */
+  }
+  close(fds[0]);
   int status;
-  if (waitpid(pid, &status, 0) < 0) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (stopped) return 0;
+  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : SIGNALED + WTERMSIG(status);
+  if (rc != 0) {
+    FILE *f = fopen(errlog, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+      if (line[0] != '\n') {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(last_err, last_err_size, "%s", line);
+      }
+    if (f) fclose(f);
+    if (!last_err[0] && rc == 127)
+      snprintf(last_err, last_err_size, "could not run %s: is clblast-utils installed?",
+               argv[0]);
+  }
+  return rc;
 }
 
-/* Adds the best result of one CLBlast tuner JSON file to kernels (best time per kernel). */
-static void take_best(const char *path, cJSON *kernels, cJSON *times) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *text = calloc((size_t)n + 1, 1);
-  if (text && fread(text, 1, (size_t)n, f) == (size_t)n) {
-    cJSON *root = cJSON_Parse(text);
-    const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(root, "best_kernel");
-    const cJSON *time = cJSON_GetObjectItemCaseSensitive(root, "best_time");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "best_parameters");
-    if (cJSON_IsString(kernel) && cJSON_IsString(time) && cJSON_IsString(params)) {
-      /* the tuners name the OpenCL kernel they timed ("XgemmDirectTN"); CLBlast takes the
-       * parameters of its family ("XgemmDirect") */
-      if (strncmp(kernel->valuestring, "XgemmDirect", 11) == 0) kernel->valuestring[11] = '\0';
-      double t = atof(time->valuestring);
-      const cJSON *old = cJSON_GetObjectItemCaseSensitive(times, kernel->valuestring);
-      if (t > 0 && (!old || t < old->valuedouble)) {
-        cJSON *p = cJSON_CreateObject();
-        char *copy = strdup(params->valuestring);
-        for (char *tok = strtok(copy, " "); tok; tok = strtok(NULL, " ")) {
-          char *eq = strchr(tok, '=');
-          if (!eq || strncmp(tok, "PRECISION=", 10) == 0) continue;
-          *eq = '\0';
-          cJSON_AddNumberToObject(p, tok, atof(eq + 1));
-        }
-        free(copy);
-        cJSON_DeleteItemFromObjectCaseSensitive(kernels, kernel->valuestring);
-        cJSON_DeleteItemFromObjectCaseSensitive(times, kernel->valuestring);
-        cJSON_AddItemToObject(kernels, kernel->valuestring, p);
-        cJSON_AddNumberToObject(times, kernel->valuestring, t);
+static bool same_config(const result *a, const result *b) {
+  if (a->n != b->n) return false;
+  for (int i = 0; i < a->n; i++)
+    if (a->values[i] != b->values[i] || strcmp(a->names[i], b->names[i])) return false;
+  return true;
+}
+
+/* The configuration best over all shapes: timed at every shape (the tuners sample the same
+ * configurations in the same order at each shape), smallest sum of time / best time at that
+ * shape. When no configuration was timed at every shape, the best one at the first shape
+ * that has any. NULL when there is no result. */
+static const result *best_over_shapes(const results *rs, int n_shapes, double *score) {
+  double best_at[MAX_SHAPES];
+  for (int s = 0; s < n_shapes; s++) best_at[s] = 0;
+  for (int i = 0; i < rs->n; i++) {
+    double *b = &best_at[rs->r[i].shape];
+    if (*b == 0 || rs->r[i].ms < *b) *b = rs->r[i].ms;
+  }
+  const result *best = NULL;
+  *score = 0;
+  for (int i = 0; i < rs->n; i++) {
+    if (rs->r[i].shape != 0) continue;
+    double sum = 0;
+    int seen = 0;
+    for (int s = 0; s < n_shapes; s++) {
+      double t = 0;
+      for (int j = 0; j < rs->n; j++)
+        if (rs->r[j].shape == s && same_config(&rs->r[i], &rs->r[j]) &&
+            (t == 0 || rs->r[j].ms < t))
+          t = rs->r[j].ms;
+      if (t > 0) {
+        sum += t / best_at[s];
+        seen++;
       }
     }
-    cJSON_Delete(root);
+    if (seen == n_shapes && (!best || sum < *score)) {
+      best = &rs->r[i];
+      *score = sum;
+    }
   }
-  free(text);
+  for (int s = 0; !best && s < n_shapes; s++)
+    for (int i = 0; i < rs->n; i++)
+      if (rs->r[i].shape == s && rs->r[i].ms == best_at[s]) {
+        best = &rs->r[i];
+        *score = 1;
+        break;
+      }
+  return best;
+}
+
+static cJSON *params_json(const result *r) {
+  cJSON *p = cJSON_CreateObject();
+  for (int i = 0; i < r->n; i++) cJSON_AddNumberToObject(p, r->names[i], (double)r->values[i]);
+  return p;
+}
+
+/* The tuned parameters in the form CLBlast's routine tuner reads from its working directory
+ * (one "key": "value" per line), so that it compares the tuned kernels. */
+static void write_clblast_json(const char *dir, const char *family, const result *r) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/clblast_%s_1_32.json", dir, family);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  /* its reader splits each line at '"' and wants three parts: hence the trailing commas */
+  fprintf(f, "{\n  \"kernel_family\": \"%s_1\",\n  \"precision\": \"32\",\n", family);
+  fprintf(f, "  \"best_parameters\": \"");
+  for (int i = 0; i < r->n; i++) fprintf(f, "%s=%ld ", r->names[i], r->values[i]);
+  fprintf(f, "PRECISION=32\",\n  \"made_by\": \"relcl-tune\"\n}\n");
   fclose(f);
+}
+
+/* Reads "time" of each configuration from the routine tuner's single-size JSON: the direct
+ * kernel is the result whose XGEMM_MIN_INDIRECT_SIZE exceeds the size. */
+static bool routine_times(const char *dir, double *indirect, double *direct) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/clblast_gemm_routine_single_size_32.json", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  char text[16384];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  remove(path);
+  cJSON *root = cJSON_Parse(text);
+  const cJSON *r, *list = cJSON_GetObjectItemCaseSensitive(root, "results");
+  *indirect = *direct = 0;
+  cJSON_ArrayForEach(r, list) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "time");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "parameters");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(p, "XGEMM_MIN_INDIRECT_SIZE");
+    if (!cJSON_IsNumber(t) || !cJSON_IsNumber(s) || t->valuedouble <= 0) continue;
+    *(s->valuedouble == 0 ? indirect : direct) = t->valuedouble;
+  }
+  cJSON_Delete(root);
+  return *indirect > 0 && *direct > 0;
+}
+
+/* Smallest c with c^3 >= m n k: CLBlast uses the indirect kernel when m n k >= S^3 for
+ * S = XGEMM_MIN_INDIRECT_SIZE. */
+static long cube_side(const shape *s) {
+  long c = 1;
+  while (c * c * c < s->m * s->n * s->k) c++;
+  return c;
+}
+
+/* The switch point with the least total time over the shapes, each shape's time divided by
+ * its fastest (so small products count as much as large ones); candidates are the shapes'
+ * own sides, 0 (always indirect) and past the largest side (always direct). */
+static long best_switch(const shape *sh, const double *ind, const double *dir, int n) {
+  long cand[MAX_SHAPES + 2], best = 0;
+  int nc = 0;
+  cand[nc++] = 0;
+  long side_max = 0;
+  for (int s = 0; s < n; s++) {
+    cand[nc++] = cube_side(&sh[s]);
+    if (cube_side(&sh[s]) > side_max) side_max = cube_side(&sh[s]);
+  }
+  cand[nc++] = side_max + 1;
+  double best_cost = -1;
+  for (int c = 0; c < nc; c++) {
+    double cost = 0;
+    for (int s = 0; s < n; s++) {
+      if (!(ind[s] > 0 && dir[s] > 0)) continue;
+      double fastest = ind[s] < dir[s] ? ind[s] : dir[s];
+      cost += (cube_side(&sh[s]) >= cand[c] ? ind[s] : dir[s]) / fastest;
+    }
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = cand[c];
+    }
+  }
+  return best;
 }
 
 static void make_dirs(char *path) {
@@ -112,14 +408,28 @@ static void make_dirs(char *path) {
     }
 }
 
+static void remove_dir(const char *dir) {
+  char cmd[4300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, PROG ": could not remove %s\n", dir);
+}
+
 int main(int argc, char **argv) {
   static const struct option long_opts[] = {
-      {"device", required_argument, NULL, 'd'}, {"size", required_argument, NULL, 's'},
-      {"effort", required_argument, NULL, 'e'}, {"output", required_argument, NULL, 'o'},
-      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+      {"device", required_argument, NULL, 'd'},
+      {"output", required_argument, NULL, 'o'},
+      {"budget", required_argument, NULL, 'b'},
+      {"xgemm-shapes", required_argument, NULL, 'x'},
+      {"direct-shapes", required_argument, NULL, 'D'},
+      {"routine-shapes", required_argument, NULL, 'r'},
+      {"quick", no_argument, NULL, 'q'},
+      {"if-needed", no_argument, NULL, 'i'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
   };
-  const char *device = getenv("RELCL_DEVICE"), *size = "512", *effort = "1";
-  const char *output = NULL;
+  const char *device = getenv("RELCL_DEVICE"), *output = NULL, *budget_arg = NULL;
+  const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
+  bool quick = false, if_needed = false;
   int c;
   opterr = 0; /* our own one-line messages */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -134,38 +444,75 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (c == 'd') device = optarg;
-    if (c == 's') size = optarg;
-    if (c == 'e') effort = optarg;
     if (c == 'o') output = optarg;
+    if (c == 'b') budget_arg = optarg;
+    if (c == 'x') xgemm_arg = optarg;
+    if (c == 'D') direct_arg = optarg;
+    if (c == 'r') routine_arg = optarg;
+    if (c == 'q') quick = true;
+    if (c == 'i') if_needed = true;
   }
   if (optind < argc) {
     fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
     return 2;
   }
-  char *end;
-  long n = strtol(size, &end, 10);
-  if (*end || end == size || n < 16 || n > 8192) {
-    fprintf(stderr, PROG ": --size %s: give a matrix size from 16 to 8192\n", size);
-    return 2;
+  double budget = quick ? 240 : 900;
+  if (budget_arg) {
+    char *end;
+    budget = strtod(budget_arg, &end);
+    if (*end || !(budget >= 5 && budget <= 86400)) {
+      fprintf(stderr, PROG ": --budget %s: give seconds from 5 to 86400\n", budget_arg);
+      return 2;
+    }
   }
-  double x = strtod(effort, &end);
-  if (*end || end == effort || !(x > 0 && x <= 1000)) {
-    fprintf(stderr, PROG ": --effort %s: give a number in (0, 1000]\n", effort);
+  shape xs[MAX_SHAPES], ds[MAX_SHAPES], rs[MAX_SHAPES];
+  int nx, nd, nr;
+  if (!parse_shapes("--xgemm-shapes", xgemm_arg ? xgemm_arg : quick ? quick_xgemm : default_xgemm,
+                    true, xs, &nx) ||
+      !parse_shapes("--direct-shapes",
+                    direct_arg ? direct_arg : quick ? quick_direct : default_direct, false, ds,
+                    &nd) ||
+      !parse_shapes("--routine-shapes",
+                    routine_arg ? routine_arg : quick ? quick_routine : default_routine, false,
+                    rs, &nr))
     return 2;
-  }
+
   int p, d;
   if (relcl_device_find(device, &p, &d) != RELCL_OK) {
     fprintf(stderr, PROG ": %s\n", relcl_last_error());
     return 1;
   }
-  cl_platform_id plats[16];
-  cl_device_id devs[64];
-  cl_uint np = 0, nd = 0;
-  clGetPlatformIDs(16, plats, &np);
-  clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 64, devs, &nd);
-  char name[256] = "", driver[256] = "";
-  clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name - 1, name, NULL);
-  clGetDeviceInfo(devs[d], CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+  char spec[32];
+  snprintf(spec, sizeof spec, "%d:%d", p, d);
+  relcl_context *ctx = NULL;
+  if (relcl_context_create(&ctx, spec) != RELCL_OK) {
+    fprintf(stderr, PROG ": device %s: %s\n", spec, relcl_last_error());
+    return 1;
+  }
+  if (if_needed && relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT) {
+    printf("CLBlast tuning measured on %s applies already: %s\n", relcl_context_device_name(ctx),
+           relcl_context_tuning(ctx));
+    relcl_context_destroy(ctx);
+    return 0;
+  }
+  if (if_needed)
+    printf("no CLBlast tuning measured on %s yet (now: %s): measuring one, once for this "
+           "device\n", relcl_context_device_name(ctx), relcl_context_tuning(ctx));
+  cl_device_id dev = relcl_context_device(ctx);
+  cl_platform_id plat = NULL;
+  char name[256] = "", driver[256] = "", pname[256] = "", pversion[512] = "";
+  cl_device_type type = 0;
+  clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+  clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
+  clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+  clGetPlatformInfo(plat, CL_PLATFORM_VERSION, sizeof pversion - 1, pversion, NULL);
+  const char *type_name = type & CL_DEVICE_TYPE_GPU           ? "GPU"
+                          : type & CL_DEVICE_TYPE_CPU         ? "CPU"
+                          : type & CL_DEVICE_TYPE_ACCELERATOR ? "ACCELERATOR"
+                                                              : "OTHER";
+  relcl_context_destroy(ctx);
 
   char path[4096];
   if (output) {
@@ -198,58 +545,166 @@ int main(int argc, char **argv) {
     fprintf(stderr, PROG ": cannot create a temporary directory: %s\n", strerror(errno));
     return 1;
   }
-  printf("tuning SGEMM for %d:%d %s (driver %s), size %s, effort %s\n", p, d, name, driver,
-         size, effort);
-  cJSON *kernels = cJSON_CreateObject(), *times = cJSON_CreateObject();
-  int rc = 0;
-  for (size_t t = 0; t < sizeof tuners / sizeof *tuners; t++) {
-    time_t t0 = time(NULL);
-    printf("  %s ...", tuners[t].name);
-    fflush(stdout);
-    double fraction = tuners[t].fraction * atof(effort);
-    int st = run_tuner(tmp, tuners[t].name, p, d, size, fraction > 1 ? 1 : fraction);
-    printf(" %s (%lds)\n", st == 0 ? "done" : "FAILED", (long)(time(NULL) - t0));
-    if (st != 0) {
-      fprintf(stderr, PROG ": %s failed (exit %d)%s; its log: %s/%s.log\n", tuners[t].name, st,
-              st == 127 ? ": is clblast-utils installed?" : "", tmp, tuners[t].name);
-      rc = 1;
+  printf("tuning SGEMM for %s %s (%s, driver %s) within %.0f s\n", spec, name, pname, driver,
+         budget);
+  fflush(stdout);
+  int failures = 0;
+  results found[2] = {{calloc(MAX_RESULTS, sizeof(result)), 0},
+                      {calloc(MAX_RESULTS, sizeof(result)), 0}};
+  const char *tuner[2] = {"clblast_tuner_xgemm", "clblast_tuner_xgemm_direct"};
+  const char *family[2] = {"xgemm", "xgemm_direct"};
+  const char *kernel[2] = {"Xgemm", "XgemmDirect"};
+  const shape *shapes[2] = {xs, ds};
+  int n_shapes[2] = {nx, nd};
+  double share[2] = {0.35, 0.15}; /* of the budget; the routine tuner gets the rest */
+  const result *best[2] = {NULL, NULL};
+  cJSON *kernels = cJSON_CreateObject(), *measured = cJSON_CreateObject();
+  if (!found[0].r || !found[1].r) {
+    fprintf(stderr, PROG ": out of memory\n");
+    return 1;
+  }
+  double t_start = now();
+  for (int t = 0; t < 2; t++) {
+    for (int s = 0; s < n_shapes[t]; s++) {
+      char m[16], n[16], k[16], pl[16], dv[16];
+      snprintf(m, sizeof m, "%ld", shapes[t][s].m);
+      snprintf(n, sizeof n, "%ld", shapes[t][s].n);
+      snprintf(k, sizeof k, "%ld", shapes[t][s].k);
+      snprintf(pl, sizeof pl, "%d", p);
+      snprintf(dv, sizeof dv, "%d", d);
+      /* -fraction 4: a quarter of each phase's configurations, in CLBlast's fixed random
+       * order (the same at every shape); the time share ends the run well before that */
+      const char *args[] = {tuner[t], "-platform", pl,  "-device", dv, "-precision", "32",
+                            "-m",     m,           "-n", n,        "-k", k,         "-fraction",
+                            "4",      "-runs",     quick ? "1" : "2", NULL};
+      double seconds = budget * share[t] / n_shapes[t];
+      double t0 = now();
+      int before = found[t].n;
+      char err[512];
+      printf("  %s %sx%sx%s (%.0f s) ...", tuner[t], m, n, k, seconds);
+      fflush(stdout);
+      int rc = run_tuner(tmp, args, seconds, s, &found[t], err, sizeof err);
+      printf(" %d configurations timed (%.0f s)\n", found[t].n - before, now() - t0);
+      if (rc != 0) {
+        failures++;
+        report_failure(tuner[t], m, n, k, rc, err);
+      }
+    }
+    double score;
+    best[t] = best_over_shapes(&found[t], n_shapes[t], &score);
+    if (best[t]) {
+      cJSON_AddItemToObject(kernels, kernel[t], params_json(best[t]));
+      write_clblast_json(tmp, family[t], best[t]);
+      cJSON *ms = cJSON_CreateArray();
+      for (int s = 0; s < n_shapes[t]; s++) {
+        double bt = 0;
+        for (int j = 0; j < found[t].n; j++)
+          if (found[t].r[j].shape == s && same_config(&found[t].r[j], best[t])) bt = found[t].r[j].ms;
+        char key[64];
+        snprintf(key, sizeof key, "%ldx%ldx%ld", shapes[t][s].m, shapes[t][s].n, shapes[t][s].k);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "shape", key);
+        cJSON_AddNumberToObject(e, "ms", bt);
+        if (bt > 0)
+          cJSON_AddNumberToObject(e, "gflops", 2.0 * (double)shapes[t][s].m *
+                                                   (double)shapes[t][s].n *
+                                                   (double)shapes[t][s].k / (bt * 1e6));
+        cJSON_AddItemToArray(ms, e);
+      }
+      cJSON_AddItemToObject(measured, kernel[t], ms);
     }
   }
-  DIR *dir = opendir(tmp);
-  for (struct dirent *e; dir && (e = readdir(dir));)
-    if (strstr(e->d_name, ".json")) {
-      char jp[4200];
-      snprintf(jp, sizeof jp, "%s/%s", tmp, e->d_name);
-      take_best(jp, kernels, times);
+
+  /* the direct/indirect switch, from the routine tuner at each shape with the tuned kernels */
+  double ind[MAX_SHAPES] = {0}, dir[MAX_SHAPES] = {0};
+  int timed = 0;
+  cJSON *routine = cJSON_CreateArray();
+  for (int s = 0; s < nr && (best[0] || best[1]); s++) {
+    char m[16], n[16], k[16], pl[16], dv[16];
+    snprintf(m, sizeof m, "%ld", rs[s].m);
+    snprintf(n, sizeof n, "%ld", rs[s].n);
+    snprintf(k, sizeof k, "%ld", rs[s].k);
+    snprintf(pl, sizeof pl, "%d", p);
+    snprintf(dv, sizeof dv, "%d", d);
+    const char *args[] = {"clblast_tuner_routine_xgemm", "-platform", pl, "-device", dv,
+                          "-precision", "32", "-m", m, "-n", n, "-k", k, "-runs",
+                          quick ? "2" : "4", NULL};
+    /* the first call compiles CLBlast's programs with the tuned parameters (most of its
+     * time on a CPU; later calls find them in the OpenCL compiler's cache): each call may
+     * take what is left */
+    double seconds = budget - (now() - t_start);
+    if (seconds < 5) break;
+    double t0 = now();
+    char err[512];
+    results none = {NULL, 0};
+    printf("  clblast_tuner_routine_xgemm %sx%sx%s (%.0f s) ...", m, n, k, seconds);
+    fflush(stdout);
+    int rc = run_tuner(tmp, args, seconds, 0, &none, err, sizeof err);
+    bool ok = rc == 0 && routine_times(tmp, &ind[s], &dir[s]);
+    if (ok) {
+      timed++;
+      printf(" indirect %.2f ms, direct %.2f ms (%.0f s)\n", ind[s], dir[s], now() - t0);
+      cJSON *e = cJSON_CreateObject();
+      char key[64];
+      snprintf(key, sizeof key, "%sx%sx%s", m, n, k);
+      cJSON_AddStringToObject(e, "shape", key);
+      cJSON_AddNumberToObject(e, "indirect_ms", ind[s]);
+      cJSON_AddNumberToObject(e, "direct_ms", dir[s]);
+      cJSON_AddItemToArray(routine, e);
+    } else {
+      printf(" no result (%.0f s)\n", now() - t0);
     }
-  if (dir) closedir(dir);
+    if (rc != 0) {
+      failures++;
+      report_failure("clblast_tuner_routine_xgemm", m, n, k, rc, err);
+    }
+  }
+  if (timed == 0)
+    printf("  the switch between the direct and indirect kernels was not measured within the "
+           "budget: CLBlast's default applies (give a larger --budget to measure it)\n");
+  if (timed > 0) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "XGEMM_MIN_INDIRECT_SIZE", (double)best_switch(rs, ind, dir, nr));
+    cJSON_AddItemToObject(kernels, "GemmRoutine", r);
+  }
+  cJSON_AddItemToObject(measured, "GemmRoutine", routine);
+  free(found[0].r);
+  free(found[1].r);
+
   if (cJSON_GetArraySize(kernels) == 0) {
-    fprintf(stderr, PROG ": no tuning result; logs in %s\n", tmp);
+    fprintf(stderr, PROG ": no tuning result within %.0f s; the tuners' logs are in %s\n", budget,
+            tmp);
+    cJSON_Delete(kernels);
+    cJSON_Delete(measured);
     return 1;
   }
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "device", name);
   cJSON_AddStringToObject(root, "driver", driver);
+  cJSON_AddStringToObject(root, "platform", pname);
+  cJSON_AddStringToObject(root, "device_type", type_name);
+  cJSON_AddStringToObject(root, "platform_version", pversion);
   char note[512];
-  snprintf(note, sizeof note, "made by relcl-tune: CLBlast tuners, size %s, effort %s", size,
-           effort);
+  snprintf(note, sizeof note, "made by relcl-tune%s in %.0f s (budget %.0f s)",
+           quick ? " --quick" : "", now() - t_start, budget);
   cJSON_AddStringToObject(root, "note", note);
-  cJSON_AddItemToObject(root, "best_ms", times);
+  cJSON_AddItemToObject(root, "measured", measured);
   cJSON_AddItemToObject(root, "kernels", kernels);
   char *text = cJSON_Print(root);
   char part[4200];
   make_dirs(path);
   snprintf(part, sizeof part, "%s.part", path);
   FILE *f = fopen(part, "w");
-  if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0 || rename(part, path)) {
+  if (!text || !f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0 ||
+      rename(part, path)) {
     fprintf(stderr, PROG ": cannot write %s: %s\n", path, strerror(errno));
     return 1;
   }
-  printf("%s\nwritten to %s\n", text, path);
+  printf("%s\nwritten to %s%s\n", text, path,
+         failures ? " (from the tuners that ran; see the lines above)" : "");
   free(text);
   cJSON_Delete(root);
-  char cmd[200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-  if (rc == 0 && system(cmd) != 0) fprintf(stderr, PROG ": could not remove %s\n", tmp);
-  return rc;
+  if (failures == 0) remove_dir(tmp);
+  else fprintf(stderr, PROG ": the tuners' logs are in %s\n", tmp);
+  return failures ? 1 : 0;
 }

@@ -93,9 +93,18 @@ cl_command_queue relcl_context_queue(const relcl_context *ctx);
 cl_device_id relcl_context_device(const relcl_context *ctx);
 /* "platform name / device name" of the chosen device. */
 const char *relcl_context_device_name(const relcl_context *ctx);
-/* Which CLBlast tuning parameters the context applied: a file path, "shipped tuning", or
- * "none (CLBlast's defaults)". See relcl-tune and RELCL_TUNING. */
+/* Which CLBlast tuning parameters the context applied, in words for the user: a file path or
+ * "shipped tuning" (measured on this device), "borrowed from DEVICE ..." (measured on another
+ * device of the same platform and type), or "none (CLBlast's defaults) ..."; the last two say
+ * how to measure this device (relcl-tune). See RELCL_TUNING. */
 const char *relcl_context_tuning(const relcl_context *ctx);
+/* How well the applied tuning fits the device. */
+typedef enum relcl_tuning_fit {
+  RELCL_TUNING_NONE = 0,    /* CLBlast's defaults */
+  RELCL_TUNING_NEAREST = 1, /* another device's, of the same platform and device type */
+  RELCL_TUNING_EXACT = 2,   /* measured on this device name and driver version */
+} relcl_tuning_fit;
+relcl_tuning_fit relcl_context_tuning_fit(const relcl_context *ctx);
 /* Wait until every enqueued command has finished. */
 relcl_status relcl_finish(relcl_context *ctx);
 

@@ -120,3 +120,39 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
     Z[z_off + (size_t)g * dh + c] = acc * inv;
   }
 }
+
+/* Beam search's candidates (lib/beam.c): the kk largest logits of each of N rows of z (N, V),
+ * largest first, equal logits in increasing id, NaN never (the order of beam.c's host
+ * ranking); slots past a row's non-NaN logits get id -1. Also the row's logit 0 (decode.c's
+ * log-sum-exp is the loss kernel's NLL of token 0 plus it). val, id (N, kk), z0 (N).
+ * One work-item per row, scanning ids in order: no dependence on scheduling; kk at most
+ * RELCL_TOPK_MAX (the host ranks larger beams itself). Global (N). */
+#define RELCL_TOPK_MAX 32
+__kernel void row_topk(__global const float *z, uint z_off, int V, int N, int kk,
+                       __global float *val, uint v_off, __global int *id, uint i_off,
+                       __global float *z0, uint z0_off) {
+  const int r = get_global_id(0);
+  if (r >= N) return;
+  __global const float *row = z + z_off + (size_t)r * V;
+  float tv[RELCL_TOPK_MAX];
+  int ti[RELCL_TOPK_MAX];
+  int n = 0;
+  for (int v = 0; v < V; v++) {
+    const float x = row[v];
+    if (x != x) continue;
+    if (n == kk && !(x > tv[n - 1])) continue;
+    int j = n < kk ? n++ : kk - 1; /* insertion after the equal ones: lower id first */
+    while (j > 0 && x > tv[j - 1]) {
+      tv[j] = tv[j - 1];
+      ti[j] = ti[j - 1];
+      j--;
+    }
+    tv[j] = x;
+    ti[j] = v;
+  }
+  for (int j = 0; j < kk; j++) {
+    val[v_off + (size_t)r * kk + j] = j < n ? tv[j] : 0.0f;
+    id[i_off + (size_t)r * kk + j] = j < n ? ti[j] : -1;
+  }
+  z0[z0_off + r] = row[0];
+}

@@ -1,7 +1,8 @@
 /* Beam search over the incremental decoder (decode.c), every sentence of a batch at once:
- * the device runs the decoder, the logits and their log-sum-exp, the host ranks the
- * extensions (a partial top 2 beam per row, one sort per sentence) and tells the decoder how
- * to reorder its caches. The procedure is fairseq's: of the 2 beam best extensions, those that
+ * the device runs the decoder, the logits, their log-sum-exp and each row's 2 beam best
+ * tokens (kernels/decode.cl's row_topk; the host scans the rows itself for beams over
+ * RELCL__TOPK_MAX / 2), the host ranks the extensions (one sort per sentence) and tells the
+ * decoder how to reorder its caches. The procedure is fairseq's: of the 2 beam best extensions, those that
  * end in EOS within the first beam finish, the best beam others stay live; GNMT's length
  * penalty (Wu et al. 2016) ranks finished hypotheses. */
 #include "model_internal.h"
@@ -85,7 +86,9 @@ typedef struct search {
   double *next_live; /* (K) of one sentence, while its candidates are read */
   int32_t *hist[2]; /* (N, Tc) tokens of each row, current and next */
   int32_t *tok, *from;
-  float *logits;    /* (N, V) */
+  float *logits;    /* (N, V), when the host selects the rows' best tokens */
+  float *tval;      /* (N, KK) the rows' best logits, when the device selects them */
+  int32_t *tid;     /* (N, KK) their tokens (-1: none) */
   double *lse;      /* (N) log-sum-exp of each row of logits */
   cand *cands;      /* (K KK) of one sentence */
   cand *top;        /* (KK) of one row */
@@ -107,6 +110,8 @@ static void search_free(search *s) {
   free(s->tok);
   free(s->from);
   free(s->logits);
+  free(s->tval);
+  free(s->tid);
   free(s->lse);
   free(s->cands);
   free(s->top);
@@ -159,6 +164,40 @@ static int row_top(search *s, const float *z, double lse, int slot, double base,
   return n;
 }
 
+/* Row r's candidates as the device selected them (the same as row_top's). */
+static int row_top_device(const search *s, int r, int slot, double base, cand *out) {
+  int n = 0;
+  for (int j = 0; j < s->KK; j++) {
+    const size_t at = (size_t)r * s->KK + j;
+    if (s->tid[at] < 0) break;
+    out[n].score = base + ((double)s->tval[at] - s->lse[r]);
+    out[n].slot = slot;
+    out[n++].tok = s->tid[at];
+  }
+  return n;
+}
+
+relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_buf z,
+                              relcl_buf val, relcl_buf id, relcl_buf z0) {
+  if (kk < 1 || kk > RELCL__TOPK_MAX || kk > V || N < 1)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl__rows_topk: kk=%d must be in 1..%d and "
+                                              "<= V=%d, N=%d >= 1", kk, RELCL__TOPK_MAX, V, N);
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "decode", "row_topk", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  relcl__buf_arg(&a, z, NULL);
+  RELCL__ARG(&a, V);
+  RELCL__ARG(&a, N);
+  RELCL__ARG(&a, kk);
+  relcl__buf_arg(&a, val, NULL);
+  relcl__buf_arg(&a, id, NULL);
+  relcl__buf_arg(&a, z0, NULL);
+  size_t w = relcl__pow2_wg((size_t)N, k->max_wg < 64 ? k->max_wg : 64);
+  size_t global = ((size_t)N + w - 1) / w * w;
+  return relcl__launch(ctx, k, &a, 1, &global, &w);
+}
+
 /* Rank the extensions of sentence b (decoder source j) after step t, finish or keep them,
  * and set the rows' next tokens, sources and histories. */
 static void sentence_step(search *s, int b, int j, int t) {
@@ -167,7 +206,9 @@ static void sentence_step(search *s, int b, int j, int t) {
   for (int i = 0; i < K; i++) {
     const int r = base + i;
     if (s->live[r] == -INFINITY) continue;
-    nc += row_top(s, s->logits + (size_t)r * s->V, s->lse[r], i, s->live[r], s->cands + nc);
+    nc += s->tid ? row_top_device(s, r, i, s->live[r], s->cands + nc)
+                 : row_top(s, s->logits + (size_t)r * s->V, s->lse[r], i, s->live[r],
+                           s->cands + nc);
   }
   qsort(s->cands, (size_t)nc, sizeof *s->cands, cand_cmp);
   const bool last = t + 1 >= s->max_len[b];
@@ -254,7 +295,13 @@ relcl_status relcl_model_beam_search(relcl_model *m, const relcl_model_batch *sr
   s.hist[1] = calloc(N * Tc, sizeof(int32_t));
   s.tok = malloc(N * sizeof *s.tok);
   s.from = malloc(N * sizeof *s.from);
-  s.logits = malloc(N * (size_t)s.V * sizeof *s.logits);
+  const bool on_device = s.KK <= RELCL__TOPK_MAX;
+  if (on_device) {
+    s.tval = malloc(N * (size_t)s.KK * sizeof *s.tval);
+    s.tid = malloc(N * (size_t)s.KK * sizeof *s.tid);
+  } else {
+    s.logits = malloc(N * (size_t)s.V * sizeof *s.logits);
+  }
   s.lse = malloc(N * sizeof *s.lse);
   s.cands = malloc((size_t)K * s.KK * sizeof *s.cands);
   s.top = malloc((size_t)s.KK * sizeof *s.top);
@@ -264,7 +311,8 @@ relcl_status relcl_model_beam_search(relcl_model *m, const relcl_model_batch *sr
   s.done = calloc((size_t)B, 1);
   s.act = malloc((size_t)B * sizeof *s.act);
   s.kept = malloc((size_t)B * sizeof *s.kept);
-  if (!s.live || !s.next_live || !s.hist[0] || !s.hist[1] || !s.tok || !s.from || !s.logits ||
+  if (!s.live || !s.next_live || !s.hist[0] || !s.hist[1] || !s.tok || !s.from ||
+      (on_device ? !s.tval || !s.tid : !s.logits) ||
       !s.lse || !s.cands || !s.top || !s.fins || !s.fin_ids || !s.n_fin || !s.done || !s.act ||
       !s.kept) {
     st = relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -282,7 +330,8 @@ relcl_status relcl_model_beam_search(relcl_model *m, const relcl_model_batch *sr
   for (int t = 0; t < s.Tc; t++) {
     const size_t Nc = (size_t)s.Bc * K;
     if ((st = relcl_decoder_step(d, s.tok)) != RELCL_OK ||
-        (st = relcl__decoder_read(d, s.logits, s.lse)) != RELCL_OK)
+        (st = on_device ? relcl__decoder_read_top(d, s.KK, s.tval, s.tid, s.lse)
+                        : relcl__decoder_read(d, s.logits, s.lse)) != RELCL_OK)
       goto fail;
     steps++;
     for (size_t r = 0; r < Nc; r++) {

@@ -488,6 +488,33 @@ relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse) {
   return st;
 }
 
+relcl_status relcl__decoder_read_top(relcl_decoder *d, int kk, float *val, int32_t *id,
+                                     double *lse) {
+  const size_t N = (size_t)d->N, K = (size_t)kk;
+  cl_mem vm = NULL, im = NULL;
+  float *l = malloc(3 * N * sizeof *l);
+  relcl_status st = l ? RELCL_OK : relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  /* the same log-sum-exp as relcl__decoder_read: the loss kernel's NLL of token 0 + z_0 */
+  if (st == RELCL_OK)
+    st = relcl_xent_forward_backward(d->ctx, d->N, d->V, 0.0f, -1, Wk(d, d->logits),
+                                     Id(d, I_ZEROS), 1.0f, RELCL_BUF_NONE, Wk(d, d->losses));
+  if (st == RELCL_OK) st = relcl__pool_get(d->ctx, (N * K + N) * sizeof(float), &vm);
+  if (st == RELCL_OK) st = relcl__pool_get(d->ctx, N * K * sizeof(int32_t), &im);
+  if (st == RELCL_OK)
+    st = relcl__rows_topk(d->ctx, d->N, d->V, kk, Wk(d, d->logits), relcl_buf_at(vm, 0),
+                          relcl_buf_at(im, 0), relcl_buf_at(vm, N * K));
+  if (st == RELCL_OK) st = relcl_read(d->ctx, relcl_buf_at(vm, 0), val, N * K);
+  if (st == RELCL_OK) st = relcl_read(d->ctx, relcl_buf_at(im, 0), id, N * K);
+  if (st == RELCL_OK) st = relcl_read(d->ctx, relcl_buf_at(vm, N * K), l + 2 * N, N);
+  if (st == RELCL_OK) st = relcl_read(d->ctx, Wk(d, d->losses), l, 2 * N);
+  for (size_t r = 0; st == RELCL_OK && r < N; r++)
+    lse[r] = (double)l[2 * r + 1] + (double)l[2 * N + r];
+  if (vm) relcl__pool_put(d->ctx, vm);
+  if (im) relcl__pool_put(d->ctx, im);
+  free(l);
+  return st;
+}
+
 relcl_status relcl_decoder_argmax(relcl_decoder *d, int32_t *out) {
   relcl__clear_error();
   if (d == NULL || out == NULL)

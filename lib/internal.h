@@ -72,6 +72,7 @@ struct relcl_context {
   int n_kernels;
   relcl__pool pool;
   char tuning[1024]; /* which CLBlast tuning was applied (tuning.c) */
+  relcl_tuning_fit tuning_fit;
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */
@@ -115,6 +116,15 @@ static inline cl_event *relcl__profile_slot(relcl_context *ctx, cl_event *slot) 
 
 /* Apply the CLBlast tuning file that matches ctx's device, if any (tuning.c). */
 void relcl__tuning_apply(relcl_context *ctx);
+/* What a tuning file is matched on (tuning.c). */
+typedef struct relcl__tuning_device {
+  char name[256], driver[256], platform[256], type[16];
+} relcl__tuning_device;
+void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
+                            relcl__tuning_device *dev);
+/* How well the tuning file text fits dev: EXACT (same device name and driver), NEAREST (same
+ * platform name and device type), else NONE (also for text that does not parse). */
+relcl_tuning_fit relcl__tuning_fit(const char *text, const relcl__tuning_device *dev);
 
 /* ---- programs (program.c, cache.c) ---- */
 

@@ -124,6 +124,17 @@ bool relcl__decode_compact(int rows, int kept);
 /* decode.c: the last step's logits (n_hyps, V) and each row's log-sum-exp (n_hyps), found on
  * the device: what a beam search needs from a step. */
 relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse);
+/* Beam search's candidates on the device: the kk <= RELCL__TOPK_MAX largest logits of each
+ * hypothesis row, largest first, equal ones by increasing id, NaN never (id -1 past a row's
+ * last), into val, id (N, kk), and each row's log-sum-exp as relcl__decoder_read gives it:
+ * kk N numbers cross to the host instead of N V. */
+#define RELCL__TOPK_MAX 32 /* kernels/decode.cl's RELCL_TOPK_MAX */
+relcl_status relcl__decoder_read_top(relcl_decoder *d, int kk, float *val, int32_t *id,
+                                     double *lse);
+/* The same selection on any rows: z (N, V) into val, id (N, kk) and z0 (N) = z[:, 0]
+ * (beam.c, kernels/decode.cl's row_topk). */
+relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_buf z,
+                              relcl_buf val, relcl_buf id, relcl_buf z0);
 
 /* decode.c: greedy decoding through the cached incremental decoder (relcl_model_greedy). */
 relcl_status relcl__decode_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,

@@ -1,13 +1,17 @@
 /* CLBlast tuning parameters per device. CLBlast's built-in database knows many GPUs but not,
  * say, PoCL on a given CPU, where its defaults run SGEMM several times slower than tuned
  * parameters do. relcl-tune runs CLBlast's tuners for a device and writes the best
- * parameters as a relcl tuning file; a context applies the first file that matches its
- * device (name and driver version), looking in:
+ * parameters as a relcl tuning file. A context applies the first file measured on its device
+ * (same name and driver version); when there is none, the closest known one: a file measured
+ * on another device of the same platform and type (another PoCL CPU, say), whose parameters
+ * run several times faster than CLBlast's defaults do, and says so in relcl_context_tuning().
+ * It looks in:
  *   RELCL_TUNING=FILE (or "off" to apply none), else
  *   the cache directory's tuning/ subdirectory (where relcl-tune writes), else
  *   the files shipped in tuning/ and embedded at build time.
  * File format (JSON):
  *   {"device": "<CL_DEVICE_NAME>", "driver": "<CL_DRIVER_VERSION>",
+ *    "platform": "<CL_PLATFORM_NAME>", "device_type": "CPU" | "GPU" | "ACCELERATOR" | "OTHER",
  *    "kernels": {"Xgemm": {"MWG": 64, ...}, "XgemmDirect": {...}}, ...}
  * A file that does not parse is skipped with no effect on results: tuning changes speed
  * only, never what CLBlast computes. */
@@ -45,6 +49,34 @@ static bool str_is(const cJSON *obj, const char *key, const char *want) {
   return cJSON_IsString(v) && strcmp(v->valuestring, want) == 0;
 }
 
+relcl_tuning_fit relcl__tuning_fit(const char *text, const relcl__tuning_device *dev) {
+  cJSON *root = cJSON_Parse(text);
+  relcl_tuning_fit fit = RELCL_TUNING_NONE;
+  if (root && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "kernels"))) {
+    if (str_is(root, "device", dev->name) && str_is(root, "driver", dev->driver))
+      fit = RELCL_TUNING_EXACT;
+    else if (str_is(root, "platform", dev->platform) && str_is(root, "device_type", dev->type))
+      fit = RELCL_TUNING_NEAREST;
+  }
+  cJSON_Delete(root);
+  return fit;
+}
+
+void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
+                            relcl__tuning_device *dev) {
+  memset(dev, 0, sizeof *dev);
+  clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof dev->name - 1, dev->name, NULL);
+  clGetDeviceInfo(device, CL_DRIVER_VERSION, sizeof dev->driver - 1, dev->driver, NULL);
+  clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof dev->platform - 1, dev->platform, NULL);
+  cl_device_type type = 0;
+  clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  snprintf(dev->type, sizeof dev->type, "%s",
+           type & CL_DEVICE_TYPE_GPU           ? "GPU"
+           : type & CL_DEVICE_TYPE_CPU         ? "CPU"
+           : type & CL_DEVICE_TYPE_ACCELERATOR ? "ACCELERATOR"
+                                               : "OTHER");
+}
+
 /* Apply every kernel's parameters of a parsed file; the number of kernels applied. */
 static int apply(cl_device_id device, const cJSON *root, char *why, size_t why_size) {
   const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels"), *k;
@@ -67,63 +99,85 @@ static int apply(cl_device_id device, const cJSON *root, char *why, size_t why_s
   return applied;
 }
 
-/* Parse text; when it is for this device, apply it. true when it matched. */
-static bool try_text(cl_device_id device, const char *name, const char *driver,
-                     const char *text, const char *origin, char *used, size_t used_size) {
-  cJSON *root = cJSON_Parse(text);
-  bool match = root && str_is(root, "device", name) && str_is(root, "driver", driver);
-  if (match) {
-    char why[512] = "";
-    int n = apply(device, root, why, sizeof why);
-    snprintf(used, used_size, "%s (%d kernel%s%s%s)", origin, n, n == 1 ? "" : "s",
-             why[0] ? "; skipped " : "", why);
+/* The best candidate seen so far: an exact one ends the search; the first nearest one is
+ * kept (the search order puts the user's own files before the shipped ones). */
+typedef struct {
+  relcl_tuning_fit fit;
+  char *text;
+  char origin[4500];
+} best_file;
+
+static void consider(best_file *best, const relcl__tuning_device *dev, char *text,
+                     const char *origin) {
+  relcl_tuning_fit fit = text ? relcl__tuning_fit(text, dev) : RELCL_TUNING_NONE;
+  if (fit > best->fit) {
+    free(best->text);
+    best->fit = fit;
+    best->text = text;
+    snprintf(best->origin, sizeof best->origin, "%s", origin);
+  } else {
+    free(text);
   }
-  cJSON_Delete(root);
-  return match;
 }
 
-static bool try_file(cl_device_id device, const char *name, const char *driver,
-                     const char *path, char *used, size_t used_size) {
-  char *text = read_all(path);
-  bool match = text && try_text(device, name, driver, text, path, used, used_size);
-  free(text);
-  return match;
-}
+#define RELCL__TUNE_HINT "run `relcl-tune --quick` (a few minutes) to measure this device"
 
 void relcl__tuning_apply(relcl_context *ctx) {
-  char name[256] = "", driver[256] = "";
-  clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
-  clGetDeviceInfo(ctx->device, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+  relcl__tuning_device dev;
+  relcl__tuning_describe(ctx->platform, ctx->device, &dev);
   char *used = ctx->tuning;
   size_t used_size = sizeof ctx->tuning;
-  snprintf(used, used_size, "none (CLBlast's defaults)");
+  ctx->tuning_fit = RELCL_TUNING_NONE;
   const char *env = getenv("RELCL_TUNING");
-  if (env && strcmp(env, "off") == 0) return;
-  if (env && env[0]) {
-    if (!try_file(ctx->device, name, driver, env, used, used_size))
-      snprintf(used, used_size, "none: RELCL_TUNING=%s is not for this device", env);
+  if (env && strcmp(env, "off") == 0) {
+    snprintf(used, used_size, "none (CLBlast's defaults): RELCL_TUNING=off");
     return;
   }
-  char dir[4096];
-  relcl__cache_dir(dir, sizeof dir);
-  if (dir[0]) {
-    char tdir[4200];
-    snprintf(tdir, sizeof tdir, "%s/tuning", dir);
-    DIR *d = opendir(tdir);
-    bool found = false;
-    for (struct dirent *e; d && !found && (e = readdir(d));) {
-      if (!strstr(e->d_name, ".json") || e->d_name[0] == '.') continue;
-      char path[4500];
-      snprintf(path, sizeof path, "%s/%s", tdir, e->d_name);
-      found = try_file(ctx->device, name, driver, path, used, used_size);
+  best_file best = {RELCL_TUNING_NONE, NULL, ""};
+  if (env && env[0]) {
+    consider(&best, &dev, read_all(env), env);
+  } else {
+    char dir[4096];
+    relcl__cache_dir(dir, sizeof dir);
+    if (dir[0]) {
+      char tdir[4200];
+      snprintf(tdir, sizeof tdir, "%s/tuning", dir);
+      DIR *d = opendir(tdir);
+      for (struct dirent *e; d && best.fit != RELCL_TUNING_EXACT && (e = readdir(d));) {
+        if (!strstr(e->d_name, ".json") || e->d_name[0] == '.') continue;
+        char path[4500];
+        snprintf(path, sizeof path, "%s/%s", tdir, e->d_name);
+        consider(&best, &dev, read_all(path), path);
+      }
+      if (d) closedir(d);
     }
-    if (d) closedir(d);
-    if (found) return;
+    for (int i = 0; best.fit != RELCL_TUNING_EXACT && relcl__tuning_sources[i]; i++)
+      consider(&best, &dev, strdup(relcl__tuning_sources[i]), "shipped tuning");
   }
-  for (int i = 0; relcl__tuning_sources[i]; i++)
-    if (try_text(ctx->device, name, driver, relcl__tuning_sources[i], "shipped tuning", used,
-                 used_size))
-      return;
+  if (best.fit == RELCL_TUNING_NONE) {
+    snprintf(used, used_size, "none (CLBlast's defaults): %s; %s",
+             env && env[0] ? "RELCL_TUNING's file is not for this platform and device type"
+                           : "no tuning known for this platform and device type",
+             RELCL__TUNE_HINT);
+    return;
+  }
+  cJSON *root = cJSON_Parse(best.text);
+  char why[256] = "";
+  int n = apply(ctx->device, root, why, sizeof why);
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(root, "device");
+  if (best.fit == RELCL_TUNING_EXACT)
+    snprintf(used, used_size, "%.600s (%d kernel%s%s%s)", best.origin, n, n == 1 ? "" : "s",
+             why[0] ? "; skipped " : "", why);
+  else
+    snprintf(used, used_size,
+             "borrowed from %.100s (%.400s, %d kernel%s%s%s): none measured on this device; %s",
+             cJSON_IsString(from) ? from->valuestring : "another device", best.origin, n,
+             n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, RELCL__TUNE_HINT);
+  ctx->tuning_fit = best.fit;
+  cJSON_Delete(root);
+  free(best.text);
 }
 
 const char *relcl_context_tuning(const relcl_context *ctx) { return ctx->tuning; }
+
+relcl_tuning_fit relcl_context_tuning_fit(const relcl_context *ctx) { return ctx->tuning_fit; }

@@ -1,10 +1,66 @@
 /* Device choice: "P:D" indices, case-insensitive name substrings, the default, and errors
- * that list what exists; relcl_build_check on every device. */
+ * that list what exists; relcl_build_check on every device; which CLBlast tuning file a
+ * context applies (exact device > same platform and device type > none). */
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "testutil.h"
 
+/* Writes a tuning file with one valid Xgemm parameter set for the given identity. */
+static void write_tuning(const char *path, const char *device, const char *driver,
+                         const char *platform, const char *type) {
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"platform\": \"%s\", "
+             "\"device_type\": \"%s\", \"kernels\": {\"Xgemm\": "
+             "{\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2, \"MDIMA\": 8, "
+             "\"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32, "
+             "\"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 1, \"VWN\": 1}}}\n",
+          device, driver, platform, type);
+  fclose(f);
+}
+
+/* The matching rule on its own, on made-up devices: exact needs name and driver, nearest
+ * needs platform name and device type, anything else (or no parse, no kernels) is none. */
+static void tuning_fit_rule(void) {
+  relcl__tuning_device cpu = {"cpu-a", "3.1", "Portable Computing Language", "CPU"};
+  const char *exact = "{\"device\": \"cpu-a\", \"driver\": \"3.1\", \"platform\": \"X\", "
+                      "\"device_type\": \"GPU\", \"kernels\": {}}";
+  const char *nearest = "{\"device\": \"cpu-b\", \"driver\": \"3.1\", \"platform\": "
+                        "\"Portable Computing Language\", \"device_type\": \"CPU\", "
+                        "\"kernels\": {}}";
+  const char *other_driver = "{\"device\": \"cpu-a\", \"driver\": \"4.0\", \"platform\": "
+                             "\"Portable Computing Language\", \"device_type\": \"CPU\", "
+                             "\"kernels\": {}}";
+  const char *other_type = "{\"device\": \"gpu-b\", \"driver\": \"3.1\", \"platform\": "
+                           "\"Portable Computing Language\", \"device_type\": \"GPU\", "
+                           "\"kernels\": {}}";
+  const char *other_platform = "{\"device\": \"cpu-b\", \"driver\": \"3.1\", \"platform\": "
+                               "\"Intel(R) OpenCL\", \"device_type\": \"CPU\", "
+                               "\"kernels\": {}}";
+  const char *no_platform = "{\"device\": \"cpu-b\", \"driver\": \"3.1\", \"kernels\": {}}";
+  const char *no_kernels = "{\"device\": \"cpu-a\", \"driver\": \"3.1\"}";
+  tu_check(relcl__tuning_fit(exact, &cpu) == RELCL_TUNING_EXACT,
+           "fit: same device name and driver is exact (whatever platform it names)");
+  tu_check(relcl__tuning_fit(nearest, &cpu) == RELCL_TUNING_NEAREST,
+           "fit: another device of the same platform and type is nearest");
+  tu_check(relcl__tuning_fit(other_driver, &cpu) == RELCL_TUNING_NEAREST,
+           "fit: the same device under another driver version is only nearest");
+  tu_check(relcl__tuning_fit(other_type, &cpu) == RELCL_TUNING_NONE,
+           "fit: a GPU's tuning does not fit a CPU of the same platform");
+  tu_check(relcl__tuning_fit(other_platform, &cpu) == RELCL_TUNING_NONE,
+           "fit: a CPU of another platform does not fit");
+  tu_check(relcl__tuning_fit(no_platform, &cpu) == RELCL_TUNING_NONE,
+           "fit: a file without platform and type fits only its own device");
+  tu_check(relcl__tuning_fit(no_kernels, &cpu) == RELCL_TUNING_NONE,
+           "fit: a file without kernels fits nothing");
+  tu_check(relcl__tuning_fit("{ not json", &cpu) == RELCL_TUNING_NONE,
+           "fit: text that does not parse fits nothing");
+}
+
 int main(void) {
+  tuning_fit_rule();
   int p = -1, d = -1, dp, dd;
   relcl_status st = relcl_device_find(NULL, &dp, &dd);
   tu_check(st == RELCL_OK, "default device found: %d:%d", dp, dd);
@@ -73,6 +129,8 @@ int main(void) {
                strstr(relcl_context_tuning(ctx), "1 kernel"),
            "a tuning file for this device is applied: %s",
            st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT,
+           "... and its fit is exact");
   relcl_context_destroy(ctx);
   f = fopen(path, "w");
   if (f) {
@@ -80,10 +138,77 @@ int main(void) {
     fclose(f);
   }
   st = relcl_context_create(&ctx, NULL);
-  tu_check(st == RELCL_OK && strstr(relcl_context_tuning(ctx), "not for this device"),
-           "another device's file is not applied: %s",
+  tu_check(st == RELCL_OK && strstr(relcl_context_tuning(ctx), "not for this") &&
+               strstr(relcl_context_tuning(ctx), "relcl-tune") &&
+               relcl_context_tuning_fit(ctx) == RELCL_TUNING_NONE,
+           "another device's file (no platform named) is not applied, and relcl-tune is "
+           "suggested: %s",
            st == RELCL_OK ? relcl_context_tuning(ctx) : "");
   relcl_context_destroy(ctx);
+
+  /* another device of this platform and type: borrowed, and said so with the fix */
+  char tpname[256] = "";
+  cl_device_type dtype = 0;
+  clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof tpname - 1, tpname, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
+  const char *tname = dtype & CL_DEVICE_TYPE_GPU ? "GPU"
+                      : dtype & CL_DEVICE_TYPE_CPU ? "CPU"
+                      : dtype & CL_DEVICE_TYPE_ACCELERATOR ? "ACCELERATOR"
+                                                           : "OTHER";
+  write_tuning(path, "a sibling device", "0.0", tpname, tname);
+  st = relcl_context_create(&ctx, NULL);
+  tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NEAREST &&
+               strstr(relcl_context_tuning(ctx), "borrowed from a sibling device") &&
+               strstr(relcl_context_tuning(ctx), "1 kernel") &&
+               strstr(relcl_context_tuning(ctx), "relcl-tune --quick"),
+           "a sibling device's file is borrowed and said so: %s",
+           st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  relcl_context_destroy(ctx);
+  write_tuning(path, "a sibling device", "0.0", "Some Other Platform", tname);
+  st = relcl_context_create(&ctx, NULL);
+  tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NONE,
+           "another platform's device is not borrowed: %s",
+           st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  relcl_context_destroy(ctx);
+
+  /* the cache directory: an exact file wins over a nearest one, whichever is read first,
+   * and over the shipped files; with only a nearest one there, it is preferred to shipped
+   * nearest files (the user's own measurements come first) */
+  unsetenv("RELCL_TUNING");
+  char cdir[] = "/tmp/relcl-tcache-XXXXXX", tdir[64], fa[96], fb[96];
+  if (mkdtemp(cdir)) {
+    snprintf(tdir, sizeof tdir, "%s/tuning", cdir);
+    mkdir(tdir, 0755);
+    snprintf(fa, sizeof fa, "%s/a.json", tdir);
+    snprintf(fb, sizeof fb, "%s/b.json", tdir);
+    char *old_cache = getenv("RELCL_CACHE_DIR") ? strdup(getenv("RELCL_CACHE_DIR")) : NULL;
+    setenv("RELCL_CACHE_DIR", cdir, 1);
+    for (int order = 0; order < 2; order++) {
+      write_tuning(order ? fb : fa, "a sibling device", "0.0", tpname, tname);
+      write_tuning(order ? fa : fb, dname, driver, tpname, tname);
+      st = relcl_context_create(&ctx, NULL);
+      tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT &&
+                   strstr(relcl_context_tuning(ctx), order ? fa : fb),
+               "cache dir: the exact file (%s) wins over a sibling's: %s", order ? "a" : "b",
+               st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+      relcl_context_destroy(ctx);
+    }
+    remove(fb);
+    write_tuning(fa, "a sibling device", "0.0", tpname, tname);
+    st = relcl_context_create(&ctx, NULL);
+    tu_check(st == RELCL_OK && (relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT ||
+                                strstr(relcl_context_tuning(ctx), fa)),
+             "cache dir: a sibling's file there comes before shipped sibling files: %s",
+             st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+    relcl_context_destroy(ctx);
+    remove(fa);
+    rmdir(tdir);
+    rmdir(cdir);
+    if (old_cache) setenv("RELCL_CACHE_DIR", old_cache, 1);
+    else unsetenv("RELCL_CACHE_DIR");
+    free(old_cache);
+  }
+  setenv("RELCL_TUNING", path, 1);
   f = fopen(path, "w");
   if (f) {
     fputs("{ not json", f);

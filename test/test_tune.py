@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""relcl-tune from outside, on tiny sizes (seconds, not minutes):
+  - --quick with a short --budget on 128^3 products writes a tuning file for this device
+    (name, driver, platform, device type, at least the Xgemm parameters, the GEMM rate it
+    measured), which relcl-info then reports as applied, measured on this device;
+  - --if-needed does nothing when that file applies;
+  - a tuner that dies (a stand-in that aborts like std::bad_alloc) is reported in one line
+    with its exit status and the last line of its standard error, exit 1, nothing written;
+  - bad flags: one line, exit 2.
+
+usage: test_tune.py relcl-tune relcl-info
+Prints one line per check and ends with "N passed, M failed".
+"""
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    return ok
+
+
+def run(args, env=None, timeout=600):
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def main():
+    tune, info = sys.argv[1], sys.argv[2]
+    tiny = ["--quick", "--budget", "40", "--xgemm-shapes", "128x128x128",
+            "--direct-shapes", "64x64x64", "--routine-shapes", "128x128x128"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "t.json")
+        r = run([tune, *tiny, "--output", out])
+        print(r.stdout[-2000:], r.stderr[-2000:])
+        check(r.returncode == 0, f"--quick on 128^3 exits 0 (got {r.returncode})")
+        tuned = {}
+        try:
+            with open(out, encoding="utf-8") as f:
+                tuned = json.load(f)
+        except (OSError, ValueError) as e:
+            check(False, f"the tuning file is written and is JSON: {e}")
+        kernels = tuned.get("kernels", {})
+        check(all(tuned.get(k) for k in ("device", "driver", "platform", "device_type")),
+              "the file names the device, driver, platform and device type: "
+              + ", ".join(str(tuned.get(k)) for k in ("device", "driver", "platform",
+                                                      "device_type")))
+        xg = kernels.get("Xgemm", {})
+        check(all(isinstance(xg.get(p), int) for p in ("MWG", "NWG", "KWG", "VWM", "GEMMK")),
+              f"Xgemm parameters measured: {xg}")
+        rate = [e for e in tuned.get("measured", {}).get("Xgemm", []) if e.get("gflops", 0) > 0]
+        check(len(rate) == 1 and rate[0]["shape"] == "128x128x128",
+              f"the rate of the chosen Xgemm parameters is recorded: {rate}")
+
+        env = dict(os.environ, RELCL_TUNING=out)
+        r = run([info], env=env)
+        line = [x for x in r.stdout.splitlines() if x.startswith("CLBlast tuning")]
+        check(len(line) == 1 and out in line[0] and "kernel" in line[0]
+              and "borrowed" not in line[0] and "none" not in line[0],
+              f"relcl-info reports the file as applied: {line}")
+        r = run([tune, "--if-needed", "--output", os.path.join(tmp, "never.json")], env=env,
+                timeout=120)
+        check(r.returncode == 0 and "applies already" in r.stdout
+              and not os.path.exists(os.path.join(tmp, "never.json")),
+              f"--if-needed does nothing when tuning for this device applies: {r.stdout.strip()}")
+
+        # a tuner that dies the way CLBlast 1.5's did with -fraction 0.00001
+        fake = os.path.join(tmp, "bin")
+        os.mkdir(fake)
+        for name in ("clblast_tuner_xgemm", "clblast_tuner_xgemm_direct",
+                     "clblast_tuner_routine_xgemm"):
+            p = os.path.join(fake, name)
+            with open(p, "w") as f:
+                f.write("#!/bin/sh\necho '* Found 578 configuration(s)'\n"
+                        "echo 'terminate called after throwing an instance of "
+                        "'\"'\"'std::bad_alloc'\"'\"'' >&2\nexit 134\n")
+            os.chmod(p, stat.S_IRWXU)
+        env = dict(os.environ, PATH=fake + os.pathsep + os.environ.get("PATH", ""))
+        bad = os.path.join(tmp, "bad.json")
+        r = run([tune, *tiny, "--output", bad], env=env)
+        lines = [x for x in r.stderr.splitlines() if "clblast_tuner_xgemm at" in x]
+        check(r.returncode == 1 and len(lines) == 1 and "exit status 134" in lines[0]
+              and "std::bad_alloc" in lines[0] and not os.path.exists(bad),
+              f"a dying tuner: one line with its status and message, exit 1: {lines}")
+
+        for args, what in ((["--budget", "1"], "--budget 1"),
+                           (["--xgemm-shapes", "100x128x128"], "an Xgemm shape not a multiple of 128"),
+                           (["--direct-shapes", "64x64"], "a malformed shape"),
+                           (["--frobnicate"], "an unknown flag")):
+            r = run([tune, *args, "--output", os.path.join(tmp, "x.json")], timeout=60)
+            check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+                  and "relcl-tune" in r.stderr,
+                  f"{what}: exit 2 and one line: {r.stderr.strip()}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or passed == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
