@@ -54,7 +54,7 @@ typedef enum relcl_status {
 const char *relcl_status_str(relcl_status status);
 /* The last error message of this thread, with details; "" when none. Valid until the next
  * relcl call on this thread: every call returning relcl_status starts by clearing it, so
- * after a call that returned RELCL_OK it is "" (the checkpoint calls excepted for now). */
+ * after a call that returned RELCL_OK it is "". */
 const char *relcl_last_error(void);
 
 /* ---- buffers ----------------------------------------------------------------------- */
