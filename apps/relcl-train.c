@@ -7,6 +7,7 @@
 #include "relcl_data.h"
 #include "relcl_model.h"
 #include "train_config.h"
+#include "train_mpi.h"
 #include "train_plot.h"
 #include "translate_model.h"
 
@@ -134,7 +135,7 @@ static void errorf(run *r, const char *fmt, ...) {
   fflush(stdout);
   va_list ap;
   va_start(ap, fmt);
-  fputs(PROG ": ", stderr);
+  fprintf(stderr, PROG ": %s", train_mpi_where());
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
@@ -868,7 +869,11 @@ static int train(run *r) {
       break;
     }
     double t0 = now();
-    if (r->cfg.max_time > 0 && t0 - r->t_start >= r->cfg.max_time) {
+    bool timeup = r->cfg.max_time > 0 && t0 - r->t_start >= r->cfg.max_time;
+    bool signaled = stop_signal != 0;
+    train_mpi_agree_stop(&timeup, &early, &signaled); /* every rank stops at the same step */
+    if (signaled && !stop_signal) stop_signal = SIGTERM;
+    if (timeup) {
       snprintf(why_buf, sizeof why_buf, "reached --max-time %g s", r->cfg.max_time);
       why = why_buf;
       break;
@@ -885,8 +890,12 @@ static int train(run *r) {
       device_error(r, st, "zeroing the gradients");
       return 1;
     }
-    relcl_model_stats s = {0, 0, 0};
-    for (int micro = 0; micro < r->cfg.accum; micro++) {
+    relcl_model_stats s = {0, 0, 0}, sm = {0, 0, 0};
+    /* under MPI every rank walks all the update's micro-batches and trains its share */
+    bool mpi = train_mpi_active();
+    int first = 0, mine = 0;
+    int total = train_mpi_share(r->cfg.accum, r->cfg.balance, step, &first, &mine);
+    for (int micro = 0; micro < total; micro++) {
       relcl_batch b;
       if ((st = relcl_batcher_next(r->batcher, &b)) != RELCL_OK) {
         errorf(r, "batches: %s", relcl_last_error());
@@ -894,14 +903,20 @@ static int train(run *r) {
       }
       r->epoch = b.epoch;
       r->epoch_frac = (double)(b.index + 1) / (double)relcl_batcher_count(r->batcher);
+      if (micro < first || micro >= first + mine) continue;
       relcl_model_batch mb = model_batch(&b);
-      if ((st = relcl_model_train_batch(r->model, &mb, r->cfg.seed, step, micro, &s)) !=
-          RELCL_OK) {
+      if ((st = relcl_model_train_batch(r->model, &mb, r->cfg.seed, step, micro,
+                                        mpi ? &sm : &s)) != RELCL_OK ||
+          (mpi && (st = train_mpi_micro_done(r->model, &sm)) != RELCL_OK)) {
         char what[64];
         snprintf(what, sizeof what, "training step %" PRIu64, step);
         device_error(r, st, what);
         return 1;
       }
+    }
+    if (mpi && (st = train_mpi_reduce(r->model, &s)) != RELCL_OK) {
+      device_error(r, st, "summing the gradients of the ranks");
+      return 1;
     }
     lr = relcl_lr_schedule(r->mcfg.d_model, step, (uint64_t)r->cfg.warmup,
                            (float)r->cfg.lr_scale);
@@ -910,6 +925,10 @@ static int train(run *r) {
     float gnorm = 0;
     if ((st = relcl_model_adam_step(r->model, &ao, step, &gnorm)) != RELCL_OK) {
       device_error(r, st, "the Adam update");
+      return 1;
+    }
+    if ((st = train_mpi_check_params(r->model, step, r->cfg.hash_every)) != RELCL_OK) {
+      device_error(r, st, "comparing the parameters of the ranks");
       return 1;
     }
     double loss = s.tokens ? s.loss_sum / (double)s.tokens : NAN;
@@ -926,13 +945,19 @@ static int train(run *r) {
     iv.loss_sum += s.loss_sum, iv.nll_sum += s.nll_sum, iv.gnorm_sum += gnorm;
     iv.tokens += s.tokens, iv.steps++, iv.seconds += t1 - t0;
     bool last = r->cfg.max_steps > 0 && r->step >= (uint64_t)r->cfg.max_steps;
-    if (r->step % (uint64_t)r->cfg.log_every == 0 || last) log_train(r, &iv, lr, t1);
-    else draw_bar(r, &iv, t1);
+    if (train_mpi_rank() != 0) continue; /* only rank 0 logs, validates and saves */
+    if (r->step % (uint64_t)r->cfg.log_every == 0 || last) {
+      log_train(r, &iv, lr, t1);
+      train_mpi_log(r->step);
+    } else {
+      draw_bar(r, &iv, t1);
+    }
     if (r->step % (uint64_t)r->cfg.valid_every == 0 && checkpoint_now(r, true, &early))
       return 1;
     if (r->cfg.valid_bleu > 0 && r->step % (uint64_t)r->cfg.valid_bleu == 0 && valid_bleu(r))
       return 1;
   }
+  if (train_mpi_rank() != 0) return stop_signal ? 1 : 0;
   if (iv.steps > 0) log_train(r, &iv, lr, now());
   /* interrupted: save at once, without validating */
   if (r->step != r->last_saved && checkpoint_now(r, !stop_signal, &early)) return 1;
@@ -950,6 +975,85 @@ static int train(run *r) {
   if (isfinite(r->best))
     printf(", best validation loss %.4f at step %" PRIu64, r->best, r->best_step);
   printf("\n");
+  return 0;
+}
+
+/* ---- under mpirun (train_mpi.h) ---- */
+
+static bool mpi_together = false; /* a failure that every rank knows of */
+
+/* Stop before training when the ranks differ: first in version and configuration (the
+ * device may differ), then (spm given) in vocabulary and data. */
+static int mpi_agree_start(run *r, const relcl_spm *spm) {
+  uint64_t h[5] = {0};
+  const char *names[5];
+  int n = 0;
+  if (!spm) {
+    cJSON *c = cJSON_Parse(r->config_json);
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "device");
+    char *js = c ? cJSON_PrintUnformatted(c) : NULL;
+    cJSON_Delete(c);
+    names[n] = "relcl version", h[n++] = train_mpi_hash_str(RELCL_VERSION);
+    names[n] = "configuration (options other than --device)", h[n++] = train_mpi_hash_str(js);
+    free(js);
+  } else {
+    names[n] = "vocabulary", h[n++] = r->vocab_hash;
+    names[n] = "--train-src's contents", h[n++] = train_mpi_hash_file(r->cfg.train_src);
+    names[n] = "--train-tgt's contents", h[n++] = train_mpi_hash_file(r->cfg.train_tgt);
+    names[n] = "--valid-src's contents", h[n++] = train_mpi_hash_file(r->cfg.valid_src);
+    names[n] = "--valid-tgt's contents", h[n++] = train_mpi_hash_file(r->cfg.valid_tgt);
+  }
+  if (train_mpi_agree(names, h, n) == 0) return 0;
+  mpi_together = true;
+  return 1;
+}
+
+/* Rank 0's SentencePiece model to the ranks without --spm-model. */
+static int mpi_share_vocab(run *r) {
+  void *bytes = NULL;
+  size_t size = 0;
+  if (r->spm) bytes = (void *)relcl_spm_bytes(r->spm, &size);
+  if (train_mpi_bcast_bytes(&bytes, &size)) {
+    errorf(r, "out of host memory for the vocabulary");
+    return 1;
+  }
+  if (r->spm) return 0;
+  relcl_status st = relcl_spm_load_bytes(&r->spm, bytes, size);
+  free(bytes);
+  if (st != RELCL_OK) {
+    errorf(r, "vocabulary from rank 0: %s", relcl_last_error());
+    return 1;
+  }
+  r->vocab_hash = relcl_spm_hash(r->spm);
+  return 0;
+}
+
+/* Rank 0 alone read the checkpoint: its position, counters and tensors to every rank, so a
+ * checkpoint resumes with any number of ranks. */
+static int mpi_sync_start(run *r) {
+  uint64_t be = 0;
+  size_t bi = 0;
+  relcl_batcher_tell(r->batcher, &be, &bi);
+  uint64_t v[5] = {r->step, be, (uint64_t)bi, r->tokens, (uint64_t)r->stalled};
+  void *p = v;
+  size_t size = sizeof v;
+  if (train_mpi_bcast_bytes(&p, &size)) return errorf(r, "out of host memory"), 1;
+  if (train_mpi_rank() != 0) {
+    memcpy(v, p, sizeof v);
+    free(p);
+    r->step = r->last_saved = r->last_valid = v[0];
+    r->epoch = v[1];
+    r->tokens = v[3];
+    r->stalled = (int)v[4];
+    if (relcl_batcher_seek(r->batcher, v[1], (size_t)v[2]) != RELCL_OK)
+      return errorf(r, "batches: %s", relcl_last_error()), 1;
+  }
+  relcl_status st = train_mpi_sync_params(r->model);
+  if (st != RELCL_OK) {
+    device_error(r, st, "receiving rank 0's parameters");
+    return 1;
+  }
+  train_mpi_describe(relcl_context_device_name(r->ctx));
   return 0;
 }
 
@@ -1050,7 +1154,7 @@ static int run_main(run *r, int argc, char **argv) {
     free(pretty);
     return 0;
   }
-  r->tty = isatty(STDOUT_FILENO);
+  r->tty = isatty(STDOUT_FILENO) && !train_mpi_active(); /* mpirun gives ranks a pty */
   r->best = NAN;
 
   /* the model directory */
@@ -1062,11 +1166,12 @@ static int run_main(run *r, int argc, char **argv) {
   int e = mkdir_p(r->dir);
   if (e) return errorf(r, "--model-dir %s: %s", r->dir, strerror(e)), 1;
   size_t stray = 0;
-  if (relcl_checkpoint_dir_clean(r->dir, &stray) == RELCL_OK && stray > 0)
+  bool root = train_mpi_rank() == 0; /* only rank 0 reads and writes the directory */
+  if (root && relcl_checkpoint_dir_clean(r->dir, &stray) == RELCL_OK && stray > 0)
     printf("%s: removed %zu temporary file%s of an interrupted save\n", r->dir, stray,
            stray == 1 ? "" : "s");
   relcl_checkpoint_list list = {0};
-  if (relcl_checkpoint_list_dir(r->dir, &list) != RELCL_OK)
+  if (root && relcl_checkpoint_list_dir(r->dir, &list) != RELCL_OK)
     return errorf(r, "--model-dir: %s", relcl_last_error()), 1;
   size_t n_ckpt = list.count;
   char newest[PATH_MAX + 64] = "";
@@ -1102,17 +1207,30 @@ static int run_main(run *r, int argc, char **argv) {
   }
 
   rc = 1;
-  if (setup_vocab(r, ck != NULL)) goto out;
+  if (train_mpi_active() && mpi_agree_start(r, NULL)) goto out;
+  /* the vocabulary: --spm-model on every rank, else rank 0's (trained or resumed) */
+  if ((root || r->cfg.spm_model) && setup_vocab(r, ck != NULL)) goto out;
+  if (!r->cfg.spm_model && train_mpi_size() > 1 && mpi_share_vocab(r)) goto out;
   train_config_model(&r->cfg, relcl_spm_vocab_size(r->spm), &r->mcfg);
   /* the configuration check comes before anything is written into the directory */
   if (ck && check_resume_config(r, ck)) goto out;
-  if (keep_vocab(r)) goto out;
+  if (root && keep_vocab(r)) goto out;
   printf("vocabulary: %s, %d pieces, hash %016" PRIx64 "\n", r->spm_path,
          relcl_spm_vocab_size(r->spm), r->vocab_hash);
   if (load_data(r)) goto out;
+  if (train_mpi_active() && mpi_agree_start(r, r->spm)) goto out;
   if (ck && resume_meta(r, ck)) goto out;
 
-  relcl_status st = relcl_context_create(&r->ctx, r->cfg.device);
+  char devbuf[256];
+  bool bad_map = false;
+  const char *device = train_mpi_device(r->cfg.device, r->cfg.device_map, devbuf, sizeof devbuf,
+                                        &bad_map, err, sizeof err);
+  if (bad_map) {
+    errorf(r, "%s", err);
+    rc = 2;
+    goto out;
+  }
+  relcl_status st = relcl_context_create(&r->ctx, device);
   if (st != RELCL_OK) {
     errorf(r, "device: %s", relcl_last_error());
     goto out;
@@ -1141,13 +1259,14 @@ static int run_main(run *r, int argc, char **argv) {
     relcl_checkpoint_close(ck);
     ck = NULL;
   }
+  if (train_mpi_active() && mpi_sync_start(r)) goto out;
   if (r->cfg.early_stopping > 0 && r->stalled >= r->cfg.early_stopping) {
     printf("done: early stopping was already reached (validation loss stalled %d times)\n",
            r->stalled);
     rc = 0;
     goto out;
   }
-  if (r->cfg.log_json) {
+  if (r->cfg.log_json && root) {
     r->json = fopen(r->cfg.log_json, "a");
     if (!r->json) {
       errorf(r, "--log-json %s: %s", r->cfg.log_json, strerror(errno));
@@ -1174,9 +1293,13 @@ out:
 }
 
 int main(int argc, char **argv) {
+  if (train_mpi_init(&argc, &argv)) return 1;
   run r;
   memset(&r, 0, sizeof r);
   int rc = run_main(&r, argc, argv);
   free_run(&r);
+  /* a failure every rank knows of (disagreeing start, a signal) ends normally; any other
+   * ends the whole job */
+  train_mpi_finalize(rc, mpi_together || stop_signal);
   return rc;
 }

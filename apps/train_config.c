@@ -75,6 +75,10 @@ static const opt options[] = {
     {"seed", T_U64, OFF(seed), NOLIM, "N", "seed of initialization, batch order and dropout [1]", NULL},
     {"device", T_STR, OFF(device), NOLIM, "SPEC", "OpenCL device, as RELCL_DEVICE: P:D or part of a name [RELCL_DEVICE, else the first GPU, else the first device]", NULL},
 
+    {"device-map", T_STR, OFF(device_map), NOLIM, "LIST", "under mpirun: comma-separated devices (as --device), the rank with local rank i on a host takes entry i (modulo the list's length); --device or RELCL_DEVICE win", "multi-node (mpirun)"},
+    {"balance", T_BOOL, OFF(balance), NOLIM, NULL, "under mpirun: faster ranks take more of an update's micro-batches, from measured speeds (the result does not change)", NULL},
+    {"hash-every", T_I64, OFF(hash_every), 0, 1e15, 0, NULL, "N", "under mpirun: compare a hash of the parameters across ranks every N updates, repairing from rank 0; 0: never [100]", NULL},
+
     {"model-dir", T_STR, OFF(model_dir), NOLIM, "DIR", "checkpoints, vocabulary and loss plot go here [model]", "output"},
     {"keep", T_INT, OFF(keep), 1, 1 << 20, 0, NULL, "N", "keep the last N checkpoints, and best.safetensors [5]", NULL},
     {"valid-every", T_I64, OFF(valid_every), 1, 1e15, 0, NULL, "N", "validate and save a checkpoint every N updates [1000]", NULL},
@@ -570,6 +574,7 @@ static void set_defaults(train_config *c) {
   c->keep = 5;
   c->valid_every = 1000;
   c->log_every = 100;
+  c->hash_every = 100;
 }
 
 static const char *positions_name(relcl_positions p) {

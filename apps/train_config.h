@@ -31,6 +31,10 @@ typedef struct train_config {
   double max_time;   /* seconds of this run; 0: no limit */
   uint64_t seed;
   char *device; /* NULL: RELCL_DEVICE, else the default */
+  /* under mpirun (train_mpi.h) */
+  char *device_map;   /* devices by local rank on each host */
+  int balance;        /* share micro-batches by measured speed */
+  int64_t hash_every; /* compare parameter hashes every N updates; 0: never */
   /* output */
   char *model_dir;
   int keep;

@@ -45,7 +45,7 @@ typedef enum relcl_status {
 const char *relcl_status_str(relcl_status status);
 /* The last error message of this thread, with details; "" when none. Valid until the next
  * relcl call on this thread: every call returning relcl_status starts by clearing it, so
- * after a call that returned RELCL_OK it is "" (the checkpoint calls excepted for now). */
+ * after a call that returned RELCL_OK it is "". */
 const char *relcl_last_error(void);
 /* The raw code behind the last error of this thread, as a number: the cl_int of the OpenCL
  * call that failed (RELCL_ERR_OPENCL, and RELCL_ERR_OUT_OF_MEMORY or RELCL_ERR_BUILD when

@@ -306,6 +306,7 @@ static relcl_status write_parts(relcl__file_out *out, void *arg) {
 relcl_status relcl_checkpoint_save(const char *path, const relcl_checkpoint_tensor *tensors,
                                    size_t n_tensors, const relcl_checkpoint_meta *meta,
                                    size_t n_meta) {
+  relcl__clear_error();
   relcl_status st = check_save_args(path, tensors, n_tensors, meta, n_meta);
   if (st != RELCL_OK) return st;
   entry *t = calloc(n_tensors + 1, sizeof *t);
@@ -551,6 +552,7 @@ static relcl_status read_file(const char *path, unsigned char **buf, size_t *siz
 }
 
 relcl_status relcl_checkpoint_open(const char *path, int flags, relcl_checkpoint **out) {
+  relcl__clear_error();
   if (out == NULL || path == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_open: missing argument");
   *out = NULL;
@@ -752,6 +754,7 @@ static int cmp_name_key(const void *key, const void *elem) {
 
 relcl_status relcl_checkpoint_find(const relcl_checkpoint *ck, const char *name,
                                    relcl_checkpoint_tensor *out) {
+  relcl__clear_error();
   if (ck == NULL || name == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_find: missing argument");
   entry *const *e = bsearch(name, ck->by_name, ck->n_tensors, sizeof *ck->by_name, cmp_name_key);
@@ -762,6 +765,7 @@ relcl_status relcl_checkpoint_find(const relcl_checkpoint *ck, const char *name,
 
 relcl_status relcl_checkpoint_read(const relcl_checkpoint *ck, const char *name, int ndim,
                                    const size_t *shape, float *dst) {
+  relcl__clear_error();
   relcl_checkpoint_tensor t;
   if (shape == NULL && ndim > 0)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_read: missing shape");
@@ -818,6 +822,7 @@ static bool parse_step_name(const char *name, uint64_t *step) {
 
 relcl_status relcl_checkpoint_step_path(const char *dir, uint64_t step, char *buf,
                                         size_t size) {
+  relcl__clear_error();
   if (dir == NULL || buf == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_step_path: missing argument");
   int k = snprintf(buf, size, "%s/ckpt-%08" PRIu64 "%s", dir[0] ? dir : ".", step, step_suffix);
@@ -853,6 +858,7 @@ void relcl_checkpoint_list_free(relcl_checkpoint_list *list) {
 }
 
 relcl_status relcl_checkpoint_list_dir(const char *dir, relcl_checkpoint_list *out) {
+  relcl__clear_error();
   if (dir == NULL || out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_list_dir: missing argument");
   memset(out, 0, sizeof *out);
@@ -908,6 +914,7 @@ relcl_status relcl_checkpoint_list_dir(const char *dir, relcl_checkpoint_list *o
 }
 
 relcl_status relcl_checkpoint_keep_last(const char *dir, size_t keep) {
+  relcl__clear_error();
   if (keep == 0)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_keep_last: keep must be >= 1");
   relcl_checkpoint_list list;
@@ -928,6 +935,7 @@ static bool is_temp_name(const char *name) {
 }
 
 relcl_status relcl_checkpoint_dir_clean(const char *dir, size_t *removed) {
+  relcl__clear_error();
   if (removed) *removed = 0;
   if (dir == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_dir_clean: no dir");
   DIR *d = opendir(dir);
@@ -966,6 +974,7 @@ static bool append_line(char **text, size_t *len, const char *line) {
 
 relcl_status relcl_checkpoint_open_latest(const char *dir, relcl_checkpoint **out,
                                           char **skipped) {
+  relcl__clear_error();
   if (skipped) *skipped = NULL;
   if (out == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_open_latest: missing argument");
@@ -1003,8 +1012,17 @@ typedef struct avg_tensor {
   size_t offset, count; /* in elements of the flat accumulator */
 } avg_tensor;
 
-static bool same_string(const char *a, const char *b) {
-  return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+/* Two relcl.config values describe the same model: equal as JSON (key order and spacing
+ * aside: checkpoints written before the configuration went through cJSON are spaced), or
+ * both absent. */
+static bool same_config(const char *a, const char *b) {
+  if (a == NULL || b == NULL) return a == b;
+  if (strcmp(a, b) == 0) return true;
+  cJSON *ja = cJSON_Parse(a), *jb = cJSON_Parse(b);
+  bool same = ja && jb && cJSON_Compare(ja, jb, true);
+  cJSON_Delete(ja);
+  cJSON_Delete(jb);
+  return same;
 }
 
 /* Check that ck has exactly the tensors of table (names and shapes) and the same config. */
@@ -1034,7 +1052,7 @@ static relcl_status avg_match(const relcl_checkpoint *ck, const avg_tensor *tabl
         return fail_path(RELCL_ERR_FORMAT, ck->path, "tensor %s is not in %s; not averaged",
                          ck->tensor[i].name, first);
     }
-  if (!same_string(relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_CONFIG_KEY), config))
+  if (!same_config(relcl_checkpoint_meta_get(ck, RELCL_CHECKPOINT_CONFIG_KEY), config))
     return fail_path(RELCL_ERR_FORMAT, ck->path,
                      "%s differs from that of %s (another configuration); not averaged",
                      RELCL_CHECKPOINT_CONFIG_KEY, first);
@@ -1066,6 +1084,7 @@ done:
 
 relcl_status relcl_checkpoint_average(const char *const *paths, size_t n,
                                       const char *out_path) {
+  relcl__clear_error();
   if (paths == NULL || n == 0 || out_path == NULL)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_checkpoint_average: nothing to average");
   for (size_t i = 0; i < n; i++)

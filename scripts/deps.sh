@@ -13,6 +13,7 @@ RELCL_DEPS=(
   sentencepiece                                        # spm_encode/spm_decode, to inspect a model by hand
   libcairo2-dev libyaml-dev                            # relcl-train: loss plot (PNG), YAML config files
   python3-venv xz-utils                                # demo.sh: a venv for sacrebleu (BLEU), test set
+  libopenmpi-dev openmpi-bin                           # relcl-train on many ranks/nodes (MPI), its test
 )
 
 # Install whatever in RELCL_DEPS is missing; `apt-get update` runs only when something is.

@@ -763,6 +763,27 @@ static void test_average(void) {
         got);
   tu_check(relcl_checkpoint_average(two, 0, out) == RELCL_ERR_INVALID_ARG,
         "averaging nothing refused");
+
+  /* relcl.config is compared as JSON: checkpoints written before it went through cJSON are
+   * spaced ("{ \"layers\": 2 }") and average with compact ones; another value does not */
+  const char *configs[2] = {"{ \"layers\": 2 }", "{\"layers\":3}"};
+  snprintf(p[3], sizeof p[3], "%s/compact.safetensors", dir);
+  if (save_model(p[3], 1.0f, "{\"layers\":2}", "300") != RELCL_OK) die("save compact");
+  for (int i = 0; i < 2; i++) {
+    snprintf(p[4], sizeof p[4], "%s/spaced%d.safetensors", dir, i);
+    if (save_model(p[4], 5.0f, configs[i], "400") != RELCL_OK) die("save spaced");
+    const char *mixed[2] = {p[3], p[4]};
+    snprintf(out, sizeof out, "%s/spaced-avg%d.safetensors", dir, i);
+    st = relcl_checkpoint_average(mixed, 2, out);
+    if (i == 0)
+      /* the call before this one failed: a success must also clear its message */
+      tu_check(st == RELCL_OK && exists(out) && relcl_last_error()[0] == '\0',
+               "spaced and compact relcl.config average, message cleared: %s",
+               st == RELCL_OK ? "ok" : relcl_last_error());
+    else
+      tu_check(refused(st, RELCL_ERR_FORMAT, p[4], "relcl.config differs") && !exists(out),
+               "another relcl.config value refused: %s", relcl_last_error());
+  }
 }
 
 /* ---- bad inputs (issue 11): huge headers, names cut short by an escaped NUL ---- */
