@@ -1,6 +1,6 @@
 /* relcl-tune: measures CLBlast's best SGEMM parameters for one OpenCL device with CLBlast's
  * own tuners (package clblast-utils) at the GEMM shapes relcl runs, and writes them as a relcl
- * tuning file, which every relcl context on that device then applies (see lib/tuning.c).
+ * tuning file, which every relcl context on that device then applies (see lib/runtime/tuning.c).
  * CLBlast ships tuned values for many GPUs; for other devices (PoCL on a CPU, a new GPU) its
  * defaults can be several times slower.
  *

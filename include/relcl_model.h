@@ -28,7 +28,7 @@ typedef enum relcl_positions {
 } relcl_positions;
 
 /* The most encoder (and decoder) layers a model may have: dropout streams number the
- * encoder's layers 0..30 and the decoder's 31..61 (lib/model_graph.c). */
+ * encoder's layers 0..30 and the decoder's 31..61 (lib/model/model_graph.c). */
 #define RELCL_MODEL_MAX_LAYERS 31
 
 typedef struct relcl_model_config {
@@ -88,7 +88,7 @@ cl_mem relcl_model_arena(const relcl_model *model, relcl_arena which);
 relcl_status relcl_model_arena_read(relcl_model *model, relcl_arena which, float *dst);
 relcl_status relcl_model_arena_write(relcl_model *model, relcl_arena which, const float *src);
 
-/* ---- saving and loading (lib/model_io.c) ----
+/* ---- saving and loading (lib/model/model_io.c) ----
  *
  * A saved model is a relcl checkpoint (relcl_checkpoint.h, safetensors): every parameter
  * under its tensor name, the configuration as JSON in the metadata key "relcl.config", and,
@@ -221,7 +221,7 @@ float relcl_lr_schedule(int d_model, uint64_t step, uint64_t warmup, float scale
 relcl_status relcl_model_greedy(relcl_model *model, const relcl_model_batch *src, int max_out,
                                 int32_t *out, int32_t *out_lens);
 
-/* ---- incremental decoding (lib/decode.c) ----
+/* ---- incremental decoding (lib/model/decode.c) ----
  *
  * The encoder runs once per batch of sources; the decoder then advances one position per
  * step and keeps every layer's self-attention keys and values in a cache, so that step t
@@ -270,7 +270,7 @@ relcl_status relcl_decoder_reorder(relcl_decoder *dec, const int32_t *from);
 relcl_status relcl_decoder_select(relcl_decoder *dec, int batch, const int32_t *sources,
                                   const int32_t *from);
 
-/* ---- beam search (lib/beam.c) ---- */
+/* ---- beam search (lib/model/beam.c) ---- */
 
 typedef struct relcl_beam_opts {
   int beam_size;        /* hypotheses kept per sentence; 1 is greedy decoding */

@@ -1,4 +1,4 @@
-/* Incremental decoding (lib/decode.c): the self-attention key and value caches of a decoder
+/* Incremental decoding (lib/model/decode.c): the self-attention key and value caches of a decoder
  * layer, (N, H, Tc, dh) for N hypotheses, H heads and room for Tc positions. Writing the new
  * position and gathering hypotheses run here, on the device, rather than as host-side buffer
  * copies, which Oclgrind cannot follow. Pure copies: no arithmetic.
@@ -117,7 +117,7 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
   }
 }
 
-/* Beam search's candidates (lib/beam.c): the kk largest logits of each of N rows of z (N, V),
+/* Beam search's candidates (lib/model/beam.c): the kk largest logits of each of N rows of z (N, V),
  * largest first, equal logits in increasing id, NaN never (the order of beam.c's host
  * ranking); slots past a row's non-NaN logits get id -1. Also the row's logit 0 (decode.c's
  * log-sum-exp is the loss kernel's NLL of token 0 plus it). val, id (N, kk), z0 (N).

@@ -9,7 +9,7 @@ RELCL_DEPS=(
   libclblast-dev                                       # every GEMM
   clblast-utils                                        # CLBlast's tuners, run by relcl-tune
   oclgrind                                             # kernel checker used by the test suite
-  g++ libsentencepiece-dev libcjson-dev liblzma-dev    # lib/spm.cc (C++ over SentencePiece), lib/data.c
+  g++ libsentencepiece-dev libcjson-dev liblzma-dev    # lib/io/spm.cc (C++ over SentencePiece), lib/io/data.c
   sentencepiece                                        # spm_encode/spm_decode, to inspect a model by hand
   libcairo2-dev libyaml-dev                            # relcl-train: loss plot (PNG), YAML config files
   python3-venv xz-utils                                # demo.sh: a venv for sacrebleu (BLEU), test set

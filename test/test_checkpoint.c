@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Tests only (lib/checkpoint.c): called after each piece of data is written. */
+/* Tests only (lib/io/checkpoint.c): called after each piece of data is written. */
 extern void (*relcl__checkpoint_write_hook)(size_t bytes_written);
 
 static char root[4096];

@@ -1,5 +1,5 @@
 /* Argument checks stay at the public boundary: a training step, a validation pass and greedy
- * decoding through relcl_model run the ops' unchecked entry points (lib/ops.h), so they make
+ * decoding through relcl_model run the ops' unchecked entry points (lib/ops/ops.h), so they make
  * no relcl__check_buf call (each is a clGetMemObjectInfo and a formatted name) except the
  * optimizer's one checked call (4 buffers, 5 with clipping); a public op called directly
  * still checks. Counts are (relcl__check_buf_count() - c0) (this thread), so the test links the

@@ -1,4 +1,4 @@
-/* Incremental decoding and beam search (relcl_model.h, lib/decode.c, lib/beam.c), on small
+/* Incremental decoding and beam search (relcl_model.h, lib/model/decode.c, lib/model/beam.c), on small
  * random untrained models (no training needed: the checks are about arithmetic and search):
  *  1. cached == full: at every step the cached decoder's logits equal those of a full
  *     decoder pass over the whole prefix (relcl__model_run, the training graph), for

@@ -8,6 +8,8 @@ usage: test_layering.py SOURCE_ROOT
 - Only lib/gemm.c calls CLBlast (includes clblast_c.h).
 - apps/ and examples/ include only public headers (include/*.h) and their own; test/ref/
   includes no lib/ code.
+- No file-level cycles in lib/: the graph "file A calls a function defined in file B" has no
+  cycle (a cycle means two files are one unit in two pieces).
 """
 import glob
 import os
@@ -91,6 +93,42 @@ def main():
     bad = [f"{rel(p)}: {inc}" for p in glob.glob(os.path.join(root, "test/ref/*"))
            for inc in quoted_includes(p) if inc in lib_names or "lib/" in inc]
     check(not bad, "test/ref includes no lib/ code" + (": " + ", ".join(bad) if bad else ""))
+
+    # file-level call graph of lib/
+    srcs = sorted(glob.glob(os.path.join(root, "lib/**/*.c"), recursive=True) +
+                  glob.glob(os.path.join(root, "lib/**/*.cc"), recursive=True))
+    defined = {}
+    for p in srcs:
+        t = strip_comments(read(p))
+        for m in re.finditer(r"^(?:extern \"C\"\s+)?[A-Za-z][\w \*]*?\b(relcl_\w+)\s*\([^;]*?\)\s*\{",
+                             t, flags=re.M):
+            defined.setdefault(m.group(1), p)
+    graph = {p: set() for p in srcs}
+    for p in srcs:
+        t = strip_comments(read(p))
+        for name in set(re.findall(r"\b(relcl_\w+)\s*\(", t)):
+            q = defined.get(name)
+            if q and q != p:
+                graph[p].add(q)
+    check(len(defined) >= 100, f"{len(defined)} lib/ functions found for the call graph")
+    cycles, state, stack = [], {}, []
+
+    def visit(p):
+        state[p] = 1
+        stack.append(p)
+        for q in sorted(graph[p]):
+            if state.get(q) == 1:
+                cycles.append(" -> ".join(rel(x) for x in stack[stack.index(q):] + [q]))
+            elif q not in state:
+                visit(q)
+        stack.pop()
+        state[p] = 2
+
+    for p in srcs:
+        if p not in state:
+            visit(p)
+    check(not cycles, "no file-level cycles in lib/" + (": " + "; ".join(cycles) if cycles
+                                                         else ""))
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or passed == 0 else 0

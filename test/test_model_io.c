@@ -1,4 +1,4 @@
-/* Saving and loading models (lib/model_io.c) through the public API only:
+/* Saving and loading models (lib/model/model_io.c) through the public API only:
  *  1. the configuration's JSON: round trip of several configurations (every field, floats
  *     written as their shortest decimal), the form relcl-train wrote before (spaces) still
  *     read, and strictness: each broken variant of a good JSON is RELCL_ERR_FORMAT with the

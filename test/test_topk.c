@@ -1,4 +1,4 @@
-/* Beam search's selection on the device (kernels/decode.cl's row_topk, lib/beam.c's
+/* Beam search's selection on the device (kernels/decode.cl's row_topk, lib/model/beam.c's
  * relcl__rows_topk) against a host sort written here: for each row, the kk largest logits,
  * largest first, equal logits by increasing id, NaN never, id -1 past the last non-NaN one;
  * and the row's logit 0. The logits are drawn from a few values so that ties are everywhere

@@ -25,7 +25,7 @@ def read(path):
 
 
 def prelude(flags_path, common_path):
-    """The text lib/program.c puts before each family; the same composition as there."""
+    """The text lib/runtime/program.c puts before each family; the same composition as there."""
     parts = []
     for path in (flags_path, common_path):
         text = read(path)

@@ -1,5 +1,5 @@
 /* Status strings and the per-thread last-error message. */
-#include "internal.h"
+#include "base.h"
 
 #include <stdio.h>
 

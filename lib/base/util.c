@@ -1,6 +1,6 @@
 /* Small host utilities shared by the files of librelcl: the FNV-1a hash, UTF-8 validation,
  * writing a file atomically and reading one whole, within a size limit. */
-#include "internal.h"
+#include "base.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * model-directory helpers of relcl-train and the averaging of relcl-average. Host only. */
 #include "relcl_checkpoint.h"
 
-#include "internal.h"
+#include "base.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

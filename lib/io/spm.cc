@@ -16,7 +16,7 @@
 
 
 extern "C" {
-#include "internal.h"
+#include "base.h"
 }
 #include "relcl_data.h"
 

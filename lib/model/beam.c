@@ -177,27 +177,6 @@ static int row_top_device(const search *s, int r, int slot, double base, cand *o
   return n;
 }
 
-relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_buf z,
-                              relcl_buf val, relcl_buf id, relcl_buf z0) {
-  if (kk < 1 || kk > RELCL__TOPK_MAX || kk > V || N < 1)
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl__rows_topk: kk=%d must be in 1..%d and "
-                                              "<= V=%d, N=%d >= 1", kk, RELCL__TOPK_MAX, V, N);
-  relcl__kernel_entry *k;
-  relcl_status st = relcl__kernel(ctx, "decode", "row_topk", &k);
-  if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  relcl__buf_arg(&a, z, NULL);
-  RELCL__ARG(&a, V);
-  RELCL__ARG(&a, N);
-  RELCL__ARG(&a, kk);
-  relcl__buf_arg(&a, val, NULL);
-  relcl__buf_arg(&a, id, NULL);
-  relcl__buf_arg(&a, z0, NULL);
-  size_t w = relcl__pow2_wg((size_t)N, k->max_wg < 64 ? k->max_wg : 64);
-  size_t global = ((size_t)N + w - 1) / w * w;
-  return relcl__launch(ctx, k, &a, 1, &global, &w);
-}
-
 /* Rank the extensions of sentence b (decoder source j) after step t, finish or keep them,
  * and set the rows' next tokens, sources and histories. */
 static void sentence_step(search *s, int b, int j, int t) {

@@ -42,12 +42,6 @@ enum { I_TOK, I_FROM, I_SRCLEN, I_ARGMAX, I_SOURCES, I_ZEROS, N_IB };
  * created while another holds the model's set gets its own. */
 enum { W_WORK, W_IB0, W_MEM = W_IB0 + N_IB, W_MEM2, W_CACHE0 };
 
-struct relcl__dec_ws {
-  int n; /* W_CACHE0 + 4 L */
-  cl_mem *buf;
-  size_t *cap; /* elements */
-  bool busy;
-};
 
 struct relcl_decoder {
   relcl_model *m;
@@ -100,14 +94,6 @@ static size_t take(size_t *used, size_t n) {
 
 /* ---- lifetime ---- */
 
-void relcl__decode_ws_free(relcl__dec_ws *ws) {
-  if (ws == NULL) return;
-  for (int i = 0; i < ws->n; i++)
-    if (ws->buf[i]) clReleaseMemObject(ws->buf[i]);
-  free(ws->buf);
-  free(ws->cap);
-  free(ws);
-}
 
 static relcl__dec_ws *ws_new(int L) {
   relcl__dec_ws *ws = calloc(1, sizeof *ws);
@@ -489,6 +475,27 @@ relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse) {
   return st;
 }
 
+relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_buf z,
+                              relcl_buf val, relcl_buf id, relcl_buf z0) {
+  if (kk < 1 || kk > RELCL__TOPK_MAX || kk > V || N < 1)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl__rows_topk: kk=%d must be in 1..%d and "
+                                              "<= V=%d, N=%d >= 1", kk, RELCL__TOPK_MAX, V, N);
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "decode", "row_topk", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  relcl__buf_arg(&a, z, NULL);
+  RELCL__ARG(&a, V);
+  RELCL__ARG(&a, N);
+  RELCL__ARG(&a, kk);
+  relcl__buf_arg(&a, val, NULL);
+  relcl__buf_arg(&a, id, NULL);
+  relcl__buf_arg(&a, z0, NULL);
+  size_t w = relcl__pow2_wg((size_t)N, k->max_wg < 64 ? k->max_wg : 64);
+  size_t global = ((size_t)N + w - 1) / w * w;
+  return relcl__launch(ctx, k, &a, 1, &global, &w);
+}
+
 relcl_status relcl__decoder_read_top(relcl_decoder *d, int kk, float *val, int32_t *id,
                                      double *lse) {
   const size_t N = (size_t)d->N, K = (size_t)kk;
@@ -655,4 +662,18 @@ fail:
   free(kept);
   free(done);
   return st;
+}
+
+relcl_status relcl_model_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
+                                int32_t *out, int32_t *out_lens) {
+  relcl__clear_error();
+  static const char op[] = "relcl_model_greedy";
+  relcl_status st = relcl__model_check_src(m, src, op);
+  if (st != RELCL_OK) return st;
+  if (max_out < 1 || out == NULL || out_lens == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: max_out=%d must be > 0; out and out_lens "
+                       "are required", op, max_out);
+  if ((double)src->batch * (max_out + 1) * m->cfg.d_model * 4 > 4e9)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: batch * max_out too large", op);
+  return relcl__decode_greedy(m, src, max_out, out, out_lens);
 }

@@ -541,19 +541,6 @@ relcl_status relcl_model_eval_batch(relcl_model *m, const relcl_model_batch *bat
   return st;
 }
 
-relcl_status relcl_model_greedy(relcl_model *m, const relcl_model_batch *src, int max_out,
-                                int32_t *out, int32_t *out_lens) {
-  relcl__clear_error();
-  static const char op[] = "relcl_model_greedy";
-  relcl_status st = check_batch(m, src, false, op);
-  if (st != RELCL_OK) return st;
-  if (max_out < 1 || out == NULL || out_lens == NULL)
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: max_out=%d must be > 0; out and out_lens "
-                       "are required", op, max_out);
-  if ((double)src->batch * (max_out + 1) * m->cfg.d_model * 4 > 4e9)
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: batch * max_out too large", op);
-  return relcl__decode_greedy(m, src, max_out, out, out_lens);
-}
 
 /* ---- optimizer ---- */
 
@@ -595,4 +582,13 @@ float relcl_lr_schedule(int d_model, uint64_t step, uint64_t warmup, float scale
   double w = warmup < 1 ? 1.0 : (double)warmup;
   double a = 1.0 / sqrt(s), b = s * pow(w, -1.5);
   return (float)((double)scale / sqrt((double)d_model) * (a < b ? a : b));
+}
+
+void relcl__decode_ws_free(relcl__dec_ws *ws) {
+  if (ws == NULL) return;
+  for (int i = 0; i < ws->n; i++)
+    if (ws->buf[i]) clReleaseMemObject(ws->buf[i]);
+  free(ws->buf);
+  free(ws->cap);
+  free(ws);
 }

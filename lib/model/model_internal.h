@@ -5,7 +5,7 @@
 #define RELCL_MODEL_INTERNAL_H
 
 #include "flags.h"
-#include "internal.h"
+#include "runtime.h"
 #include "relcl_model.h"
 
 #define RELCL__NONE ((size_t)-1) /* an absent tensor or buffer region */
@@ -114,8 +114,16 @@ relcl_status relcl__model_encode(relcl_model *m, const relcl_model_batch *src);
 relcl_status relcl__model_check_src(const relcl_model *m, const relcl_model_batch *b,
                                     const char *op);
 
-/* decode.c: release the decoder buffers a model keeps (relcl_model_destroy). */
+/* The decoder buffers a model keeps between decodings: the model owns them (model.c frees
+ * them in relcl__decode_ws_free, at relcl_model_destroy), decode.c lays them out and fills
+ * them (buf[i] per decode.c's W_* slots). */
 typedef struct relcl__dec_ws relcl__dec_ws;
+struct relcl__dec_ws {
+  int n; /* W_CACHE0 + 4 L (decode.c) */
+  cl_mem *buf;
+  size_t *cap; /* elements */
+  bool busy;
+};
 void relcl__decode_ws_free(relcl__dec_ws *ws);
 
 /* decode.c: whether greedy decoding drops finished sentences from a decoder of `rows` rows
@@ -133,7 +141,7 @@ relcl_status relcl__decoder_read(relcl_decoder *d, float *logits, double *lse);
 relcl_status relcl__decoder_read_top(relcl_decoder *d, int kk, float *val, int32_t *id,
                                      double *lse);
 /* The same selection on any rows: z (N, V) into val, id (N, kk) and z0 (N) = z[:, 0]
- * (beam.c, kernels/decode.cl's row_topk). */
+ * (decode.c, kernels/decode.cl's row_topk). */
 relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_buf z,
                               relcl_buf val, relcl_buf id, relcl_buf z0);
 

@@ -3,7 +3,7 @@
  * label GEMMs run in CLBlast, the gather / softmax / dropout / bucket passes over the nq x nk
  * weights in kernels/attention.cl. No nq x nk x d tensor is ever built. */
 #include "flags.h" /* RELCL_GATHER, ...: shared with kernels/attention.cl */
-#include "internal.h"
+#include "runtime.h"
 #include "ops.h"
 
 #include <math.h>

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "flags.h" /* RELCL_ACCUMULATE, ...: shared with layers.cl, loss.cl, optim.cl */
-#include "internal.h"
+#include "runtime.h"
 #include "ops.h"
 
 enum { COLSUM_CHUNK = 64, SUMSQ_BLOCKS = 256 };

@@ -1,4 +1,4 @@
-/* The unchecked entry points of the ops (attention, layers, position encoding, transfers):
+/* The unchecked entry points of the ops (attention, layers, position encoding):
  * what the model's graph and the decoder call. Each public relcl_X checks its arguments
  * (NULL context, sizes, and clGetMemObjectInfo on every buffer, which costs a driver call
  * and a formatted name per buffer) and then calls relcl__X; the graph, whose buffers are
@@ -22,10 +22,6 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
                                   relcl_buf dwV);
 relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
                                int pos0);
-
-/* ---- context.c: blocking transfers ---- */
-relcl_status relcl__write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n);
-relcl_status relcl__read(relcl_context *ctx, relcl_buf src, void *dst, size_t n);
 
 /* ---- layers.c ---- */
 relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float eps,

@@ -1,6 +1,6 @@
 /* Sinusoidal absolute position encoding: the baseline relative positions are measured
  * against. */
-#include "internal.h"
+#include "runtime.h"
 #include "ops.h"
 
 relcl_status relcl_posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,

@@ -1,0 +1,83 @@
+/* What the runtime part (context, kernels, buffers, scratch pool, GEMM) offers the ops and
+ * the model: kernels by name, launching, scratch buffers, unchecked transfers and the one
+ * GEMM wrapper. The context's fields stay inside the runtime (internal.h there). Not
+ * installed. */
+#ifndef RELCL_RUNTIME_H
+#define RELCL_RUNTIME_H
+
+#include "base.h"
+#include "relcl.h"
+
+/* ---- kernels (kernel.c) ---- */
+
+typedef struct relcl__kernel_entry {
+  const char *name; /* static string */
+  cl_kernel kernel;
+  size_t max_wg; /* CL_KERNEL_WORK_GROUP_SIZE for this device */
+  relcl_profile_part part; /* what the profile counts its time under */
+} relcl__kernel_entry;
+
+/* The kernel `name` of `family` on ctx, created once and kept. */
+relcl_status relcl__kernel(relcl_context *ctx, const char *family, const char *name,
+                           relcl__kernel_entry **out);
+
+/* ---- launching ---- */
+
+/* Kernel arguments in order: RELCL__ARG(&args, x) for each; the first failure sticks. */
+typedef struct relcl__args {
+  cl_kernel kernel;
+  cl_uint index;
+  cl_int err;
+} relcl__args;
+
+static inline void relcl__arg(relcl__args *a, size_t size, const void *value) {
+  if (a->err == CL_SUCCESS) a->err = clSetKernelArg(a->kernel, a->index, size, value);
+  a->index++;
+}
+#define RELCL__ARG(a, x) relcl__arg((a), sizeof(x), &(x))
+
+/* A buffer argument as a kernel takes it: (cl_mem, uint element offset). An absent buffer
+ * passes fallback, since even an unused argument needs a valid buffer. */
+static inline void relcl__buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) {
+  cl_mem m = b.mem ? b.mem : fallback;
+  cl_uint off = (cl_uint)b.offset;
+  relcl__arg(a, sizeof m, &m);
+  relcl__arg(a, sizeof off, &off);
+}
+#define RELCL__ARG_LOCAL(a, bytes) relcl__arg((a), (bytes), NULL)
+relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
+                           cl_uint dims,
+                           const size_t *global, const size_t *local);
+/* Largest power of two <= limit and <= want rounded up to a power of two, >= 1. */
+size_t relcl__pow2_wg(size_t want, size_t limit);
+
+/* ---- scratch buffers (pool.c): lent for the length of one call ---- */
+
+relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out);
+void relcl__pool_put(relcl_context *ctx, cl_mem mem);
+
+/* ---- buffers (buffer.c) ---- */
+
+/* Set n floats to value, without argument checks. */
+relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t n);
+
+/* Check that buf holds at least n elements of 4 bytes past its offset. */
+relcl_status relcl__check_buf(relcl_buf buf, size_t n, const char *what);
+/* relcl__check_buf calls made so far on this thread: test_checks counts the graph's (none). */
+unsigned long relcl__check_buf_count(void);
+
+/* Blocking transfers without argument checks. */
+relcl_status relcl__write(relcl_context *ctx, relcl_buf dst, const void *src, size_t n);
+relcl_status relcl__read(relcl_context *ctx, relcl_buf src, void *dst, size_t n);
+
+/* ---- GEMM (gemm.c: the only file that calls CLBlast) ---- */
+
+/* Row-major C = alpha op(A) op(B) + beta C, batch times with element strides; timed under
+ * part when profiling (relcl__gemm: RELCL_PART_CONTENT_GEMM). */
+relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                            bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                            size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                            size_t stride_b, float beta, relcl_buf c, size_t ldc,
+                            size_t stride_c, size_t batch);
+#define relcl__gemm(ctx, ...) relcl__gemm_in((ctx), RELCL_PART_CONTENT_GEMM, __VA_ARGS__)
+#endif

@@ -1,0 +1,58 @@
+/* The context's kernel table (each kernel created on first use) and launching. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+relcl_status relcl__kernel(relcl_context *ctx, const char *family, const char *name,
+                           relcl__kernel_entry **out) {
+  for (int i = 0; i < ctx->n_kernels; i++)
+    if (strcmp(ctx->kernel[i].name, name) == 0) {
+      *out = &ctx->kernel[i];
+      return RELCL_OK;
+    }
+  int pi = relcl__program_index(family);
+  if (pi < 0 || ctx->program[pi] == NULL)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "no kernel program family \"%s\"", family);
+  if (ctx->n_kernels == RELCL__MAX_KERNELS)
+    return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "too many kernels (raise RELCL__MAX_KERNELS)");
+  cl_int err;
+  relcl__kernel_entry *e = &ctx->kernel[ctx->n_kernels];
+  e->kernel = clCreateKernel(ctx->program[pi], name, &err);
+  if (err != CL_SUCCESS) return relcl__cl_fail(err, name);
+  e->name = name;
+  e->part = relcl__kernel_part(name);
+  err = clGetKernelWorkGroupInfo(e->kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                 sizeof e->max_wg, &e->max_wg, NULL);
+  if (err != CL_SUCCESS || e->max_wg == 0) e->max_wg = 1;
+  ctx->n_kernels++;
+  *out = e;
+  return RELCL_OK;
+}
+
+size_t relcl__pow2_wg(size_t want, size_t limit) {
+  size_t w = 1;
+  while (w < want && w * 2 <= limit) w *= 2;
+  return w;
+}
+
+relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
+                           cl_uint dims, const size_t *global, const size_t *local) {
+  if (args->err != CL_SUCCESS) {
+    char what[160];
+    snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", k->name, args->index - 1);
+    return relcl__cl_fail(args->err, what);
+  }
+  for (cl_uint i = 0; i < dims; i++)
+    if (global[i] == 0) return RELCL_OK; /* nothing to do */
+  cl_event ev;
+  cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, dims, NULL, global, local, 0, NULL,
+                                      relcl__profile_slot(ctx, &ev));
+  relcl__profile_event(ctx, k->name, k->part, NULL, ev);
+  if (err != CL_SUCCESS) {
+    char what[160];
+    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", k->name);
+    return relcl__cl_fail(err, what);
+  }
+  return RELCL_OK;
+}
