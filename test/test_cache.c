@@ -25,32 +25,6 @@ static int count_bins(const char *dir) {
   return n;
 }
 
-/* A small attention call whose result must not depend on where the kernels came from. */
-static float probe(void) {
-  relcl_context *ctx;
-  relcl_status st = relcl_context_create(&ctx, NULL);
-  if (st != RELCL_OK) {
-    printf("context: %s\n", relcl_last_error());
-    return NAN;
-  }
-  float x[64];
-  tu_fill(x, 64, 3);
-  cl_mem m = tu_upload(ctx, x, 64), z;
-  TU_OK(relcl_alloc(ctx, 16, &z));
-  relcl_attn_desc d = relcl_attn_desc_self(1, 1, 4, 4, 2);
-  TU_OK(relcl_attn_forward(ctx, &d, relcl_buf_at(m, 0), relcl_buf_at(m, 16), relcl_buf_at(m, 32),
-                           relcl_buf_at(m, 40), relcl_buf_at(m, 44), RELCL_BUF_NONE,
-                           relcl_buf_at(z, 0), RELCL_BUF_NONE));
-  float out[16];
-  TU_OK(relcl_read(ctx, relcl_buf_at(z, 0), out, 16));
-  float sum = 0;
-  for (int i = 0; i < 16; i++) sum += out[i];
-  clReleaseMemObject(m);
-  clReleaseMemObject(z);
-  relcl_context_destroy(ctx);
-  return sum;
-}
-
 static void damage_all(const char *dir, int how) {
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d));) {
@@ -102,32 +76,32 @@ int main(void) {
    * results and file counts alone would also come from a cache that never hits */
   unsigned long h0, b0, h1, b1;
   relcl__program_counts(&h0, &b0);
-  float ref = probe();
+  float ref = tu_attn_probe();
   int n = count_bins(cache);
   relcl__program_counts(&h1, &b1);
   tu_check(!isnan(ref) && n >= 3 && h1 == h0 && b1 - b0 == (unsigned long)n,
            "first context writes %d binaries into the cache (%lu built, %lu hits)", n, b1 - b0,
            h1 - h0);
   relcl__program_counts(&h0, &b0);
-  float again = probe();
+  float again = tu_attn_probe();
   relcl__program_counts(&h1, &b1);
   tu_check(again == ref && count_bins(cache) == n && h1 - h0 == (unsigned long)n && b1 == b0,
            "second context reuses them: %lu hits, %lu built, same result", h1 - h0, b1 - b0);
   damage_all(cache, 0);
   relcl__program_counts(&h0, &b0);
-  float t = probe();
+  float t = tu_attn_probe();
   relcl__program_counts(&h1, &b1);
   tu_check(t == ref && h1 == h0 && b1 - b0 == (unsigned long)n,
            "truncated cache entries fall back to compiling (%lu built, %lu hits)", b1 - b0,
            h1 - h0);
   relcl__program_counts(&h0, &b0);
-  tu_check(count_bins(cache) == n && probe() == ref, "and are rewritten whole");
+  tu_check(count_bins(cache) == n && tu_attn_probe() == ref, "and are rewritten whole");
   relcl__program_counts(&h1, &b1);
   tu_check(h1 - h0 == (unsigned long)n && b1 == b0, "the rewritten entries hit: %lu hits",
            h1 - h0);
   damage_all(cache, 1);
   relcl__program_counts(&h0, &b0);
-  tu_check(probe() == ref, "a flipped byte in an entry falls back to compiling");
+  tu_check(tu_attn_probe() == ref, "a flipped byte in an entry falls back to compiling");
   relcl__program_counts(&h1, &b1);
   tu_check(h1 == h0 && b1 - b0 == (unsigned long)n, "no damaged entry is used: %lu hits",
            h1 - h0);
@@ -135,14 +109,14 @@ int main(void) {
   char off[300];
   snprintf(off, sizeof off, "%s/off-test", tmp);
   setenv("RELCL_CACHE_DIR", "off", 1);
-  tu_check(probe() == ref && count_bins(off) == 0, "RELCL_CACHE_DIR=off works and writes nothing");
+  tu_check(tu_attn_probe() == ref && count_bins(off) == 0, "RELCL_CACHE_DIR=off works and writes nothing");
   char blocked[300];
   snprintf(blocked, sizeof blocked, "%s/file", tmp);
   write_file(blocked, "not a directory");
   char under[340];
   snprintf(under, sizeof under, "%s/sub", blocked);
   setenv("RELCL_CACHE_DIR", under, 1);
-  tu_check(probe() == ref, "an unusable cache directory just means compiling");
+  tu_check(tu_attn_probe() == ref, "an unusable cache directory just means compiling");
   setenv("RELCL_CACHE_DIR", "off", 1);
 
   /* RELCL_KERNEL_DIR: a copy of the sources behaves the same; a broken one reports its log */
@@ -167,7 +141,7 @@ int main(void) {
     free(text);
   }
   setenv("RELCL_KERNEL_DIR", kdir, 1);
-  tu_check(probe() == ref, "RELCL_KERNEL_DIR loads the same kernels from disk");
+  tu_check(tu_attn_probe() == ref, "RELCL_KERNEL_DIR loads the same kernels from disk");
   snprintf(path, sizeof path, "%s/attention.cl", kdir);
   char *att = read_file(path);
   char *broken = calloc(strlen(att) + 64, 1);

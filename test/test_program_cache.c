@@ -16,31 +16,6 @@
 #error "RELCL_SOURCE_KERNEL_DIR must name the kernels/ directory"
 #endif
 
-/* A small attention call whose result must not depend on where the kernels came from. */
-static float probe(void) {
-  relcl_context *ctx;
-  if (relcl_context_create(&ctx, NULL) != RELCL_OK) {
-    printf("     context: %s\n", relcl_last_error());
-    return NAN;
-  }
-  float x[64];
-  tu_fill(x, 64, 3);
-  cl_mem m = tu_upload(ctx, x, 64), z;
-  TU_OK(relcl_alloc(ctx, 16, &z));
-  relcl_attn_desc d = relcl_attn_desc_self(1, 1, 4, 4, 2);
-  TU_OK(relcl_attn_forward(ctx, &d, relcl_buf_at(m, 0), relcl_buf_at(m, 16), relcl_buf_at(m, 32),
-                           relcl_buf_at(m, 40), relcl_buf_at(m, 44), RELCL_BUF_NONE,
-                           relcl_buf_at(z, 0), RELCL_BUF_NONE));
-  float out[16];
-  TU_OK(relcl_read(ctx, relcl_buf_at(z, 0), out, 16));
-  float sum = 0;
-  for (int i = 0; i < 16; i++) sum += out[i];
-  clReleaseMemObject(m);
-  clReleaseMemObject(z);
-  relcl_context_destroy(ctx);
-  return sum;
-}
-
 static unsigned char *slurp(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -122,16 +97,16 @@ static void test_damaged_cache(const char *tmp, float *ref) {
   char cache[400];
   snprintf(cache, sizeof cache, "%s/cache", tmp);
   setenv("RELCL_CACHE_DIR", cache, 1);
-  *ref = probe();
+  *ref = tu_attn_probe();
   for (int how = 0; how < 2; how++) {
     int n = damage_entries(cache, how);
-    float got = probe(); /* the first format crashed here (SIGSEGV in PoCL) */
+    float got = tu_attn_probe(); /* the first format crashed here (SIGSEGV in PoCL) */
     tu_check(n >= 3 && got == *ref,
              "%d cache entries with %s: rebuilt from source, same result (%g, want %g)", n,
              how == 0 ? "a huge length inside the binary and the FNV-1a of the damaged body"
                       : "a size field one short of the body",
              got, *ref);
-    tu_check(damage_entries(cache, how) == n && probe() == *ref,
+    tu_check(damage_entries(cache, how) == n && tu_attn_probe() == *ref,
              "and the rewritten entries are whole: damaged again, rebuilt again");
   }
 }
@@ -160,7 +135,7 @@ static void test_kernel_dir(const char *tmp, float ref) {
     free(text);
   }
   setenv("RELCL_KERNEL_DIR", kdir, 1);
-  tu_check(probe() == ref, "control: a whole copy of kernels/ under RELCL_KERNEL_DIR works");
+  tu_check(tu_attn_probe() == ref, "control: a whole copy of kernels/ under RELCL_KERNEL_DIR works");
 
   snprintf(path, sizeof path, "%s/attention.cl", kdir);
   char *att = text_of(path);
@@ -191,7 +166,7 @@ static void test_kernel_dir(const char *tmp, float ref) {
     relcl_context_destroy(ctx);
   }
   put_text(path, att);
-  tu_check(probe() == ref, "control: the file restored, it works again");
+  tu_check(tu_attn_probe() == ref, "control: the file restored, it works again");
   unsetenv("RELCL_KERNEL_DIR");
   free(att);
 }

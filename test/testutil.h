@@ -118,4 +118,31 @@ static inline relcl_context *tu_context(void) {
   return ctx;
 }
 
+/* Tests of where kernels come from (the binary cache, RELCL_KERNEL_DIR): a small attention
+ * call on a fresh context whose result must not depend on that; the sum of its outputs, NAN
+ * when no context could be made (the reason is printed). */
+static inline float tu_attn_probe(void) {
+  relcl_context *ctx;
+  if (relcl_context_create(&ctx, NULL) != RELCL_OK) {
+    printf("     context: %s\n", relcl_last_error());
+    return NAN;
+  }
+  float x[64];
+  tu_fill(x, 64, 3);
+  cl_mem m = tu_upload(ctx, x, 64), z;
+  TU_OK(relcl_alloc(ctx, 16, &z));
+  relcl_attn_desc d = relcl_attn_desc_self(1, 1, 4, 4, 2);
+  TU_OK(relcl_attn_forward(ctx, &d, relcl_buf_at(m, 0), relcl_buf_at(m, 16), relcl_buf_at(m, 32),
+                           relcl_buf_at(m, 40), relcl_buf_at(m, 44), RELCL_BUF_NONE,
+                           relcl_buf_at(z, 0), RELCL_BUF_NONE));
+  float out[16];
+  TU_OK(relcl_read(ctx, relcl_buf_at(z, 0), out, 16));
+  float sum = 0;
+  for (int i = 0; i < 16; i++) sum += out[i];
+  clReleaseMemObject(m);
+  clReleaseMemObject(z);
+  relcl_context_destroy(ctx);
+  return sum;
+}
+
 #endif
