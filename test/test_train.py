@@ -424,6 +424,8 @@ def finish(work):
         shutil.rmtree(work, ignore_errors=True)
     else:
         print("work directory kept: " + work)
+    if passed + failed == 0:  # a run in which nothing was checked must not pass
+        check(False, "no check ran")
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -313,5 +313,7 @@ if __name__ == "__main__":
     try:
         main()
     finally:
+        if passed + failed == 0:  # a run in which nothing was checked must not pass
+            check(False, "no check ran")
         print("%d passed, %d failed" % (passed, failed))
     sys.exit(1 if failed else 0)
