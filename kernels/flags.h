@@ -26,6 +26,7 @@
 #define RELCL_RESIDUAL 2   /* dropout: add a residual */
 #define RELCL_DROP 4       /* dropout: p > 0 */
 #define RELCL_RELU 8       /* bias_add: then max(., 0) */
+#define RELCL_BIAS 16      /* dropout: add a bias by column first */
 
 /* loss.cl */
 #define RELCL_WRITE_GRAD 1 /* xent_rows: write the gradient of the logits */

@@ -133,27 +133,63 @@ __kernel void embed_bwd(__global const int *tokens, uint tok_off, __global const
 
 /* ---- element-wise: global n ---- */
 
-/* y = [y +] [residual +] mask * x * scale. One Philox call gives four words: work-item g
- * handles elements 4g .. 4g+3, element i keeping iff word i mod 4 of the call with counter
- * (g lo, g hi, stream lo, stream hi) is >= threshold. Global ceil(n / 4). */
-__kernel void dropout_apply(__global const float *x, uint x_off, __global const float *res,
-                            uint r_off, __global float *y, uint y_off, uint n, int flags,
+/* y = [y +] [residual +] mask * (x [+ bias[i mod cols]]) * scale: inverted dropout fused
+ * with the bias of the GEMM before it and the residual add after it (one pass instead of
+ * three). One Philox call gives four words: work-item g handles elements 4g .. 4g+3, element
+ * i keeping iff word i mod 4 of the call with counter (g lo, g hi, stream lo, stream hi) is
+ * >= threshold. Without RELCL_DROP every word passes (threshold 0) and the scale is 1, which
+ * leaves values exact. Global ceil(n / 4).
+ * For PoCL: no private arrays, no uint4 arithmetic, a branch-free body for whole groups of
+ * four; its work-item loops then vectorize (the old form ran at ~50 M elements/s). */
+__kernel void dropout_apply(__global const float *x, uint x_off, __global const float *bias,
+                            uint b_off, __global const float *res, uint r_off,
+                            __global float *y, uint y_off, uint n, uint cols, int flags,
                             uint threshold, float scale, uint seed_lo, uint seed_hi,
                             uint stream_lo, uint stream_hi) {
   const uint g = get_global_id(0);
   if (g >= (n + 3) / 4) return;
-  uint4 r = (uint4)(0xffffffffu);
-  if (flags & RELCL_DROP)
-    r = relcl_philox4x32_10((uint4)(g, 0u, stream_lo, stream_hi), seed_lo, seed_hi);
-  const uint words[4] = {r.x, r.y, r.z, r.w};
-  for (uint j = 0; j < 4; j++) {
-    const uint i = 4 * g + j;
-    if (i >= n) break;
-    float v = x[x_off + i];
-    if (flags & RELCL_DROP) v = words[j] >= threshold ? v * scale : 0.0f;
-    if (flags & RELCL_RESIDUAL) v = res[r_off + i] + v;
-    if (flags & RELCL_ACCUMULATE) v = y[y_off + i] + v;
-    y[y_off + i] = v;
+  const int drop = flags & RELCL_DROP;
+  const uint t = drop ? threshold : 0u;
+  const float s = drop ? scale : 1.0f;
+  uint4 w = (uint4)(0u);
+  if (drop) w = relcl_philox4x32_10((uint4)(g, 0u, stream_lo, stream_hi), seed_lo, seed_hi);
+  const uint i = 4 * g;
+  /* the bias column of element i; the next ones by stepping with wrap-around */
+  uint c = (flags & RELCL_BIAS) ? i % cols : 0u;
+  if (i + 4 <= n) {
+    float4 v = vload4(0, x + x_off + i);
+    if (flags & RELCL_BIAS) {
+      float4 bv;
+      bv.x = bias[b_off + c];
+      c = c + 1 == cols ? 0u : c + 1;
+      bv.y = bias[b_off + c];
+      c = c + 1 == cols ? 0u : c + 1;
+      bv.z = bias[b_off + c];
+      c = c + 1 == cols ? 0u : c + 1;
+      bv.w = bias[b_off + c];
+      v = v + bv;
+    }
+    v.x = w.x >= t ? v.x * s : 0.0f;
+    v.y = w.y >= t ? v.y * s : 0.0f;
+    v.z = w.z >= t ? v.z * s : 0.0f;
+    v.w = w.w >= t ? v.w * s : 0.0f;
+    if (flags & RELCL_RESIDUAL) v = vload4(0, res + r_off + i) + v;
+    if (flags & RELCL_ACCUMULATE) v = vload4(0, y + y_off + i) + v;
+    vstore4(v, 0, y + y_off + i);
+    return;
+  }
+  /* the last, partial group: at most three elements */
+  for (uint j = 0; i + j < n; j++) {
+    const uint wj = j == 0 ? w.x : j == 1 ? w.y : w.z;
+    float v = x[x_off + i + j];
+    if (flags & RELCL_BIAS) {
+      v = v + bias[b_off + c];
+      c = c + 1 == cols ? 0u : c + 1;
+    }
+    v = wj >= t ? v * s : 0.0f;
+    if (flags & RELCL_RESIDUAL) v = res[r_off + i + j] + v;
+    if (flags & RELCL_ACCUMULATE) v = y[y_off + i + j] + v;
+    y[y_off + i + j] = v;
   }
 }
 

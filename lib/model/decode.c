@@ -341,18 +341,20 @@ static relcl_status cache_gather(relcl_decoder *d, relcl_buf src, relcl_buf dst,
   return launch3(d->ctx, k, &a, (size_t)d->t * d->dh, (size_t)d->H, (size_t)n);
 }
 
-/* a = F(u), F one sub-layer of decoder layer l. */
-static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u) {
+/* a = F(u) - b, F one sub-layer of decoder layer l, *b the bias of F's last linear layer
+ * (block_fwd adds it with the residual, as model_graph.c does). */
+static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
+                            relcl_buf *b) {
   relcl_context *ctx = d->ctx;
   const relcl__dec_p *dp = &d->m->dec[l];
   const int N = d->N, D = d->D;
   relcl_buf a = Wk(d, d->a);
   if (kind == SUB_FFN) {
-    TRY(relcl__linear_forward(ctx, N, D, d->F, u, P(d, dp->ffn.w1), P(d, dp->ffn.b1),
-                             Wk(d, d->h)));
-    TRY(relcl__relu_forward(ctx, (size_t)N * d->F, Wk(d, d->h), Wk(d, d->h)));
+    TRY(relcl__linear_relu_forward(ctx, N, D, d->F, u, P(d, dp->ffn.w1), P(d, dp->ffn.b1),
+                                   Wk(d, d->h)));
+    *b = P(d, dp->ffn.b2);
     return relcl__linear_forward(ctx, N, d->F, D, Wk(d, d->h), P(d, dp->ffn.w2),
-                                P(d, dp->ffn.b2), a);
+                                RELCL_BUF_NONE, a);
   }
   if (kind == SUB_SELF) {
     const relcl__attn_p *ap = &dp->self;
@@ -366,7 +368,8 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u)
                   cache(d, l, 1), (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
                   RELCL_BUF_NONE, Wk(d, d->z)));
     /* (N, H, 1, dh) is already (N, D) */
-    return relcl__linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), P(d, ap->bo), a);
+    *b = P(d, ap->bo);
+    return relcl__linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), RELCL_BUF_NONE, a);
   }
   const relcl__attn_p *ap = &dp->cross;
   const size_t k = 2 * (size_t)l * d->B * d->S * D, v = k + (size_t)d->B * d->S * D;
@@ -377,26 +380,28 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u)
                 (size_t)d->S * d->dh, RELCL_BUF_NONE, RELCL_BUF_NONE, Id(d, I_SRCLEN),
                 Wk(d, d->z)));
   TRY(relcl__heads_merge(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
-  return relcl__linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), P(d, ap->bo), a);
+  *b = P(d, ap->bo);
+  return relcl__linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), RELCL_BUF_NONE, a);
 }
 
-/* One residual block from x_in into x_out (model_graph.c's block_fwd without dropout; the
- * residual add is the same dropout kernel at p = 0, for the same rounding). */
+/* One residual block from x_in into x_out (model_graph.c's block_fwd without dropout; bias
+ * and residual are added by the same kernel at p = 0, for the same rounding). */
 static relcl_status block_fwd(relcl_decoder *d, int l, sub_kind kind, size_t x_in,
                               size_t x_out) {
   const relcl__dec_p *dp = &d->m->dec[l];
   const relcl__ln_p *ln = kind == SUB_SELF ? &dp->n1 : kind == SUB_CROSS ? &dp->n2 : &dp->n3;
   const int N = d->N, D = d->D;
-  const size_t n = (size_t)N * D;
+  relcl_buf b;
   if (d->pre) {
     TRY(relcl__layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, x_in), P(d, ln->g),
                                 P(d, ln->b), Wk(d, d->u), Wk(d, d->mean), Wk(d, d->rstd)));
-    TRY(sub_fwd(d, l, kind, Wk(d, d->u)));
-    return relcl__dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in),
-                                 Wk(d, x_out));
+    TRY(sub_fwd(d, l, kind, Wk(d, d->u), &b));
+    return relcl__bias_dropout_residual(d->ctx, N, D, 0.0f, 0, 0, Wk(d, d->a), b, Wk(d, x_in),
+                                        Wk(d, x_out));
   }
-  TRY(sub_fwd(d, l, kind, Wk(d, x_in)));
-  TRY(relcl__dropout_forward(d->ctx, n, 0.0f, 0, 0, Wk(d, d->a), Wk(d, x_in), Wk(d, d->s)));
+  TRY(sub_fwd(d, l, kind, Wk(d, x_in), &b));
+  TRY(relcl__bias_dropout_residual(d->ctx, N, D, 0.0f, 0, 0, Wk(d, d->a), b, Wk(d, x_in),
+                                   Wk(d, d->s)));
   return relcl__layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, d->s), P(d, ln->g),
                                  P(d, ln->b), Wk(d, x_out), Wk(d, d->mean), Wk(d, d->rstd));
 }

@@ -308,18 +308,21 @@ static relcl_buf key_len(const pass *p, const block_desc *bd) {
     if (st_ != RELCL_OK) return st_;       \
   } while (0)
 
-/* a = F(u) into the work region `a`. */
+/* a = F(u) - b into the work region `a`, *b the bias of F's last linear layer: block_fwd
+ * adds it in the pass that applies dropout and the residual. */
 static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__block_a *ba,
-                            relcl_buf u) {
+                            relcl_buf u, relcl_buf *b) {
   const relcl__layout *L = p->L;
   const int D = p->D, N = rows_of(p, bd), B = p->B, H = p->H, dh = p->dh;
   const size_t ND = (size_t)N * D;
   relcl_buf out = W(p, L->a);
   if (bd->kind == SUB_FFN) {
     const relcl__ffn_p *f = bd->ffn;
-    TRY(relcl__linear_forward(p->ctx, N, D, p->F, u, P(p, f->w1), P(p, f->b1), A(p, ba->h)));
-    TRY(relcl__relu_forward(p->ctx, (size_t)N * p->F, A(p, ba->h), A(p, ba->h)));
-    return relcl__linear_forward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), P(p, f->b2), out);
+    TRY(relcl__linear_relu_forward(p->ctx, N, D, p->F, u, P(p, f->w1), P(p, f->b1),
+                                   A(p, ba->h)));
+    *b = P(p, f->b2);
+    return relcl__linear_forward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), RELCL_BUF_NONE,
+                                 out);
   }
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
@@ -347,7 +350,8 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
                          opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
                          W(p, L->zh), A(p, ba->probs)));
   TRY(relcl__heads_merge(p->ctx, B, desc.nq, H, dh, W(p, L->zh), A(p, ba->zm), D));
-  return relcl__linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), P(p, ap->bo), out);
+  *b = P(p, ap->bo);
+  return relcl__linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), RELCL_BUF_NONE, out);
 }
 
 /* dx (= or += by acc) = the gradient through F of da (work region `a`), with F's
@@ -400,19 +404,19 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
 
 static relcl_status block_fwd(const pass *p, const block_desc *bd, const relcl__block_a *ba) {
   const int N = rows_of(p, bd), D = p->D;
-  const size_t n = (size_t)N * D;
   const uint64_t stream = stream_of(p, bd->layer, bd->site_r);
   const relcl__ln_p *ln = bd->ln;
+  relcl_buf b;
   if (p->pre) {
     TRY(relcl__layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->x_in), P(p, ln->g), P(p, ln->b),
                                 A(p, ba->sub_in), A(p, ba->mean), A(p, ba->rstd)));
-    TRY(sub_fwd(p, bd, ba, A(p, ba->sub_in)));
-    return relcl__dropout_forward(p->ctx, n, p->p, p->seed, stream, W(p, p->L->a),
-                                 A(p, ba->x_in), A(p, ba->out));
+    TRY(sub_fwd(p, bd, ba, A(p, ba->sub_in), &b));
+    return relcl__bias_dropout_residual(p->ctx, N, D, p->p, p->seed, stream, W(p, p->L->a), b,
+                                        A(p, ba->x_in), A(p, ba->out));
   }
-  TRY(sub_fwd(p, bd, ba, A(p, ba->x_in)));
-  TRY(relcl__dropout_forward(p->ctx, n, p->p, p->seed, stream, W(p, p->L->a), A(p, ba->x_in),
-                            A(p, ba->ln_x)));
+  TRY(sub_fwd(p, bd, ba, A(p, ba->x_in), &b));
+  TRY(relcl__bias_dropout_residual(p->ctx, N, D, p->p, p->seed, stream, W(p, p->L->a), b,
+                                   A(p, ba->x_in), A(p, ba->ln_x)));
   return relcl__layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->ln_x), P(p, ln->g), P(p, ln->b),
                                  A(p, ba->out), A(p, ba->mean), A(p, ba->rstd));
 }

@@ -329,9 +329,10 @@ static relcl_status dropout_check(relcl_context *ctx, const char *op, size_t n, 
   return st;
 }
 
-static relcl_status dropout_launch(relcl_context *ctx, size_t n, float p, uint64_t seed,
-                                   uint64_t stream, relcl_buf x, relcl_buf res, relcl_buf y,
-                                   int flags) {
+/* y = [y +] [residual +] dropout(x [+ bias by column of `cols`]): one pass of dropout_apply. */
+static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, float p,
+                                   uint64_t seed, uint64_t stream, relcl_buf x, relcl_buf bias,
+                                   relcl_buf res, relcl_buf y, int flags) {
   if (n == 0) return RELCL_OK;
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "dropout_apply", &k);
@@ -339,13 +340,16 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, float p, uint64
   cl_uint v[6];
   float scale;
   drop_params(p, seed, stream, v, &scale);
-  flags |= (p > 0.0f ? RELCL_DROP : 0) | (res.mem ? RELCL_RESIDUAL : 0);
-  cl_uint count = (cl_uint)n;
+  flags |= (p > 0.0f ? RELCL_DROP : 0) | (res.mem ? RELCL_RESIDUAL : 0) |
+           (bias.mem ? RELCL_BIAS : 0);
+  cl_uint count = (cl_uint)n, ncols = (cl_uint)cols;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
+  relcl__buf_arg(&a, bias, x.mem);
   relcl__buf_arg(&a, res, x.mem);
   relcl__buf_arg(&a, y, NULL);
   RELCL__ARG(&a, count);
+  RELCL__ARG(&a, ncols);
   RELCL__ARG(&a, flags);
   RELCL__ARG(&a, v[0]);
   RELCL__ARG(&a, scale);
@@ -356,7 +360,14 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, float p, uint64
 relcl_status relcl__dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                     uint64_t stream, relcl_buf x, relcl_buf residual,
                                     relcl_buf y) {
-  return dropout_launch(ctx, n, p, seed, stream, x, residual, y, 0);
+  return dropout_launch(ctx, n, 1, p, seed, stream, x, RELCL_BUF_NONE, residual, y, 0);
+}
+
+relcl_status relcl__bias_dropout_residual(relcl_context *ctx, int rows, int cols, float p,
+                                          uint64_t seed, uint64_t stream, relcl_buf x,
+                                          relcl_buf bias, relcl_buf residual, relcl_buf y) {
+  return dropout_launch(ctx, (size_t)rows * (size_t)cols, (size_t)cols, p, seed, stream, x,
+                        bias, residual, y, 0);
 }
 
 relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
@@ -370,7 +381,7 @@ relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64
 relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                      uint64_t stream, relcl_buf dy, relcl_buf dx,
                                      int accumulate) {
-  return dropout_launch(ctx, n, p, seed, stream, dy, RELCL_BUF_NONE, dx,
+  return dropout_launch(ctx, n, 1, p, seed, stream, dy, RELCL_BUF_NONE, RELCL_BUF_NONE, dx,
                         accumulate ? RELCL_ACCUMULATE : 0);
 }
 
@@ -385,8 +396,9 @@ relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint6
 
 /* ---- linear ---- */
 
-relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
-                                   relcl_buf W, relcl_buf b, relcl_buf y) {
+/* y = x W^T [+ b], then ReLU with RELCL_RELU: the bias and the activation in one pass. */
+static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                               relcl_buf W, relcl_buf b, relcl_buf y, int flags) {
   const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
   relcl_status st = RELCL_OK;
   st = relcl__gemm(ctx, false, true, R, O, I, 1.0f, x, I, 0, W, I, 0, 0.0f, y, O, 0, 1);
@@ -394,7 +406,6 @@ relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out
   relcl__kernel_entry *k;
   if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  int flags = 0;
   relcl__buf_arg(&a, y, NULL);
   RELCL__ARG(&a, out);
   relcl__buf_arg(&a, b, NULL);
@@ -402,6 +413,16 @@ relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out
   RELCL__ARG(&a, out);
   RELCL__ARG(&a, flags);
   return launch_nd(ctx, k, &a, 2, O, R, 1);
+}
+
+relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                   relcl_buf W, relcl_buf b, relcl_buf y) {
+  return linear_fwd(ctx, rows, in, out, x, W, b, y, 0);
+}
+
+relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, int out,
+                                        relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y) {
+  return linear_fwd(ctx, rows, in, out, x, W, b, y, RELCL_RELU);
 }
 
 relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,

@@ -40,6 +40,10 @@ relcl_status relcl__embedding_backward(relcl_context *ctx, int n_tokens, int d, 
                                        relcl_buf dtable);
 relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                    relcl_buf W, relcl_buf b, relcl_buf y);
+/* y = relu(x W^T + b): the feed-forward's first layer, bias and ReLU in one pass after the
+ * GEMM (the same float operations as linear forward then relu forward). */
+relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, int out,
+                                        relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y);
 relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                     relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                     relcl_buf dW, relcl_buf db);
@@ -60,6 +64,13 @@ relcl_status relcl__adam_update(relcl_context *ctx, size_t n, const relcl_adam_a
 relcl_status relcl__dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                     uint64_t stream, relcl_buf x, relcl_buf residual,
                                     relcl_buf y);
+/* y (rows, cols) = residual + dropout(x + bias), bias (cols) added by column: a residual
+ * block's output GEMM (run without its bias) to the sum that feeds layer norm, in one pass.
+ * The mask and the float operations are those of linear forward with the bias followed by
+ * dropout forward with the residual: the results are the same bits. */
+relcl_status relcl__bias_dropout_residual(relcl_context *ctx, int rows, int cols, float p,
+                                          uint64_t seed, uint64_t stream, relcl_buf x,
+                                          relcl_buf bias, relcl_buf residual, relcl_buf y);
 relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                      uint64_t stream, relcl_buf dy, relcl_buf dx,
                                      int accumulate);
