@@ -4,7 +4,8 @@
  * repeatability of every op and the argument errors.
  *
  * Tolerances, relative to max(largest reference entry, floor):
- *  - exact (0): dropout, ReLU, residual add, head split/merge, argmax, and the embedding
+ *  - exact (0): dropout, ReLU, residual add, the fused bias + dropout + residual of the
+ *    model's residual blocks, head split/merge, argmax, and the embedding
  *    forward: one float operation per element, or a copy, so any difference is a bug; and
  *    the embedding gradient against the float reference that sums in relcl's documented order.
  *  - 2e-5: sums of up to ~10^3 float products (layer norm, linear, column sums, sum of
@@ -17,6 +18,7 @@
  */
 #include "ref/ref.h"
 #include "ref/ref_layers.h"
+#include "ops.h" /* the fused ops the model's graph calls (not public) */
 #include "relcl_layers.h"
 #include "testutil.h"
 
@@ -26,6 +28,7 @@ typedef enum {
   OP_DROPOUT,
   OP_LINEAR,
   OP_ELEMENTWISE, /* relu, residual add, axpby */
+  OP_FUSED,       /* the graph's fused ops: bias + dropout + residual, linear + ReLU */
   OP_HEADS,
   OP_COLSUM,
   OP_SUMSQ,
@@ -71,6 +74,14 @@ static const layer_case cases[] = {
     /* element-wise: a n */
     {OP_ELEMENTWISE, "eltwise n=1", 1, 0, 0, 0, 0},
     {OP_ELEMENTWISE, "eltwise n=1001", 1001, 0, 0, 0, 0},
+    /* fused: a rows, b cols (out), c in of linear + ReLU, f p of bias + dropout + residual:
+     * widths below and not multiples of 4 make a group of four cross rows, and the bias
+     * column wrap inside a group */
+    {OP_FUSED, "fused 1x1 p=0.1", 1, 1, 3, 0.1f, 0},
+    {OP_FUSED, "fused 7x2 p=0.5", 7, 2, 5, 0.5f, 0},
+    {OP_FUSED, "fused 9x3 p=0", 9, 3, 4, 0.0f, 0},
+    {OP_FUSED, "fused 33x5 p=0.1", 33, 5, 6, 0.1f, 0},
+    {OP_FUSED, "fused 130x256 p=0.1", 130, 256, 64, 0.1f, 0},
     /* heads: a batch, b n, c heads; f head_dim; flag = extra columns of ld */
     {OP_HEADS, "heads 1x1x1 dh=1", 1, 1, 1, 1, 0},
     {OP_HEADS, "heads 2x5x3 dh=4 ld+7", 2, 5, 3, 4, 7},
@@ -397,6 +408,48 @@ static void check_elementwise(relcl_context *ctx, const layer_case *c) {
   free(x), free(r), free(dy), free(y), free(dx), free(s), free(z);
 }
 
+/* ---- fused ops of the model's graph ---- */
+
+static void check_fused(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, cols = c->b, in = c->c;
+  const float p = c->f;
+  const size_t n = (size_t)rows * cols, nx = (size_t)rows * in, nw = (size_t)cols * in;
+  const uint64_t seed = 0x5eed0123456789ULL, stream = 4242;
+  float *x = tu_alloc_host(n), *b = tu_alloc_host((size_t)cols), *r = tu_alloc_host(n),
+        *want = tu_alloc_host(n), *lx = tu_alloc_host(nx), *lw = tu_alloc_host(nw);
+  tu_fill(x, n, 61), tu_fill(b, (size_t)cols, 62), tu_fill(r, n, 63);
+  tu_fill(lx, nx, 64), tu_fill(lw, nw, 65);
+  ref_bias_dropout_residual(rows, cols, p, seed, stream, x, b, r, want);
+  double *lin = calloc(n, sizeof *lin);
+  ref_linear_forward(rows, in, cols, lx, lw, b, lin);
+  size_t negative = 0;
+  for (size_t i = 0; i < n; i++) {
+    negative += lin[i] < 0.0;
+    lin[i] = lin[i] > 0.0 ? lin[i] : 0.0; /* ReLU */
+  }
+  float *got[2], *hid[2];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, n), Bm = tu_upload(ctx, b, (size_t)cols),
+           R = tu_upload(ctx, r, n), Y = dev_zeros(ctx, n), LX = tu_upload(ctx, lx, nx),
+           LW = tu_upload(ctx, lw, nw), H = dev_zeros(ctx, n);
+    TU_OK(relcl__bias_dropout_residual(ctx, rows, cols, p, seed, stream, B0(X), B0(Bm), B0(R),
+                                       B0(Y)));
+    TU_OK(relcl__linear_relu_forward(ctx, rows, in, cols, B0(LX), B0(LW), B0(Bm), B0(H)));
+    got[run] = tu_download(ctx, Y, n);
+    hid[run] = tu_download(ctx, H, n);
+    cl_mem all[] = {X, Bm, R, Y, LX, LW, H};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  }
+  tu_check(same_bits(got[0], want, n), "%-28s bias+dropout+residual bit-exact", c->name);
+  double e = tu_rel_err(hid[0], lin, n, 1e-2);
+  tu_check(e < 2e-5, "%-28s linear+relu rel err %.2e (%zu of %zu < 0)", c->name, e, negative,
+           n);
+  tu_check(same_bits(got[0], got[1], n) && same_bits(hid[0], hid[1], n),
+           "%-28s bitwise identical on a second run", c->name);
+  for (int i = 0; i < 2; i++) free(got[i]), free(hid[i]);
+  free(x), free(b), free(r), free(want), free(lx), free(lw), free(lin);
+}
+
 /* ---- heads ---- */
 
 static void check_heads(relcl_context *ctx, const layer_case *c) {
@@ -643,6 +696,7 @@ int main(int argc, char **argv) {
       case OP_DROPOUT: check_dropout(ctx, c); break;
       case OP_LINEAR: check_linear(ctx, c); break;
       case OP_ELEMENTWISE: check_elementwise(ctx, c); break;
+      case OP_FUSED: check_fused(ctx, c); break;
       case OP_HEADS: check_heads(ctx, c); break;
       case OP_COLSUM: check_colsum(ctx, c); break;
       case OP_SUMSQ: check_sumsq(ctx, c); break;

@@ -139,6 +139,19 @@ void ref_dropout_forward(size_t n, float p, uint64_t seed, uint64_t stream, cons
   }
 }
 
+void ref_bias_dropout_residual(int rows, int cols, float p, uint64_t seed, uint64_t stream,
+                               const float *x, const float *bias, const float *residual,
+                               float *y) {
+  const float scale = (float)(1.0 / (1.0 - (double)p));
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      const size_t i = (size_t)r * cols + c;
+      float v = x[i] + bias[c];
+      if (p > 0.0f) v = ref_dropout4_keep(seed, stream, i, p) ? v * scale : 0.0f;
+      y[i] = residual[i] + v;
+    }
+}
+
 /* ---- linear ---- */
 
 void ref_linear_forward_d(int rows, int in, int out, const double *x, const double *W,

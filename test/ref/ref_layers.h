@@ -43,6 +43,14 @@ int ref_dropout4_keep(uint64_t seed, uint64_t stream, uint64_t i, float p);
 void ref_dropout_forward(size_t n, float p, uint64_t seed, uint64_t stream, const float *x,
                          const float *residual, float *y);
 
+/* y (rows, cols) = residual + keep * (x + bias[c]) * (float)(1/(1-p)), in float: the sum
+ * x + bias first (what a linear layer with its bias gives), then the inverted dropout of
+ * ref_dropout_forward over the flat index i = r cols + c, then the residual; exact (one
+ * float operation at a time). p = 0 keeps everything and does not scale. */
+void ref_bias_dropout_residual(int rows, int cols, float p, uint64_t seed, uint64_t stream,
+                               const float *x, const float *bias, const float *residual,
+                               float *y);
+
 /* y (rows, out) = x W^T + b (b may be NULL) */
 void ref_linear_forward(int rows, int in, int out, const float *x, const float *W,
                         const float *b, double *y);
