@@ -231,22 +231,27 @@ __kernel void bias_add(__global float *y, uint y_off, int ld, __global const flo
   y[i] = v;
 }
 
-/* ---- heads: global (head_dim, n, batch * heads) ---- */
+/* ---- heads: global (head_dim, n, parts * batch * heads) ----
+ * x (batch * n, ld) holds `parts` blocks of heads * head_dim columns side by side (Q|K|V of
+ * one projection), y the parts one after the other, each (batch, heads, n, head_dim): one
+ * launch moves all of them. */
 
 __kernel void heads_split(__global const float *x, uint x_off, int ld, __global float *y,
-                          uint y_off, int n, int heads, int head_dim) {
-  const int e = get_global_id(0), t = get_global_id(1), bh = get_global_id(2);
+                          uint y_off, int batch, int n, int heads, int head_dim) {
+  const int e = get_global_id(0), t = get_global_id(1), z = get_global_id(2);
   if (e >= head_dim || t >= n) return;
+  const int part = z / (batch * heads), bh = z - part * (batch * heads);
   const int b = bh / heads, h = bh - b * heads;
-  y[y_off + ((size_t)bh * n + t) * head_dim + e] =
-      x[x_off + ((size_t)b * n + t) * ld + h * head_dim + e];
+  y[y_off + ((size_t)z * n + t) * head_dim + e] =
+      x[x_off + ((size_t)b * n + t) * ld + (part * heads + h) * head_dim + e];
 }
 
 __kernel void heads_merge(__global const float *x, uint x_off, __global float *y, uint y_off,
-                          int ld, int n, int heads, int head_dim) {
-  const int e = get_global_id(0), t = get_global_id(1), bh = get_global_id(2);
+                          int ld, int batch, int n, int heads, int head_dim) {
+  const int e = get_global_id(0), t = get_global_id(1), z = get_global_id(2);
   if (e >= head_dim || t >= n) return;
+  const int part = z / (batch * heads), bh = z - part * (batch * heads);
   const int b = bh / heads, h = bh - b * heads;
-  y[y_off + ((size_t)b * n + t) * ld + h * head_dim + e] =
-      x[x_off + ((size_t)bh * n + t) * head_dim + e];
+  y[y_off + ((size_t)b * n + t) * ld + (part * heads + h) * head_dim + e] =
+      x[x_off + ((size_t)z * n + t) * head_dim + e];
 }

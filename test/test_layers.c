@@ -452,32 +452,47 @@ static void check_fused(relcl_context *ctx, const layer_case *c) {
 
 /* ---- heads ---- */
 
-static void check_heads(relcl_context *ctx, const layer_case *c) {
-  const int B = c->a, n = c->b, H = c->c, dh = (int)c->f, ld = H * dh + c->flag;
+/* parts = 1 through the public op; parts = 3 (Q|K|V side by side, as the model's graph moves
+ * them in one launch) through the internal one. */
+static void check_heads_parts(relcl_context *ctx, const layer_case *c, int P) {
+  const int B = c->a, n = c->b, H = c->c, dh = (int)c->f, ld = P * H * dh + c->flag;
   const int off = 3; /* start the heads at column 3 of the strided matrix */
   const size_t nd = (size_t)B * n * H * dh, ns = (size_t)B * n * ld + off;
   float *x = tu_alloc_host(ns);
   tu_fill(x, ns, 61);
-  cl_mem X = tu_upload(ctx, x, ns), Y = dev_zeros(ctx, nd), Z = dev_zeros(ctx, ns);
-  TU_OK(relcl_heads_split(ctx, B, n, H, dh, relcl_buf_at(X, off), ld, B0(Y)));
-  TU_OK(relcl_heads_merge(ctx, B, n, H, dh, B0(Y), relcl_buf_at(Z, off), ld));
-  float *y = tu_download(ctx, Y, nd), *z = tu_download(ctx, Z, ns);
+  cl_mem X = tu_upload(ctx, x, ns), Y = dev_zeros(ctx, P * nd), Z = dev_zeros(ctx, ns);
+  if (P == 1) {
+    TU_OK(relcl_heads_split(ctx, B, n, H, dh, relcl_buf_at(X, off), ld, B0(Y)));
+    TU_OK(relcl_heads_merge(ctx, B, n, H, dh, B0(Y), relcl_buf_at(Z, off), ld));
+  } else {
+    TU_OK(relcl__heads_split(ctx, P, B, n, H, dh, relcl_buf_at(X, off), ld, B0(Y)));
+    TU_OK(relcl__heads_merge(ctx, P, B, n, H, dh, B0(Y), relcl_buf_at(Z, off), ld));
+  }
+  float *y = tu_download(ctx, Y, P * nd), *z = tu_download(ctx, Z, ns);
   int ok_split = 1, ok_merge = 1;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < H; h++)
-      for (int t = 0; t < n; t++)
-        for (int e = 0; e < dh; e++)
-          ok_split &= y[(((size_t)b * H + h) * n + t) * dh + e] ==
-                      x[off + ((size_t)b * n + t) * ld + (size_t)h * dh + e];
+  /* part q, head h of row (b, t) is at columns (q H + h) dh of x; in y, tensor q of P */
+  for (int q = 0; q < P; q++)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++)
+        for (int t = 0; t < n; t++)
+          for (int e = 0; e < dh; e++)
+            ok_split &= y[q * nd + (((size_t)b * H + h) * n + t) * dh + e] ==
+                        x[off + ((size_t)b * n + t) * ld + ((size_t)q * H + h) * dh + e];
   for (size_t i = 0; i < ns; i++) {
     size_t col = (i - off + (size_t)ld) % (size_t)ld; /* entries outside the heads stay 0 */
-    int inside = i >= (size_t)off && col < (size_t)H * dh;
+    int inside = i >= (size_t)off && col < (size_t)P * H * dh;
     ok_merge &= z[i] == (inside ? x[i] : 0.0f);
   }
-  tu_check(ok_split, "%-28s split exact", c->name);
-  tu_check(ok_merge, "%-28s merge(split(x)) == x, other columns untouched", c->name);
+  tu_check(ok_split, "%-28s split exact (%d parts)", c->name, P);
+  tu_check(ok_merge, "%-28s merge(split(x)) == x, other columns untouched (%d parts)", c->name,
+           P);
   release(X), release(Y), release(Z);
   free(x), free(y), free(z);
+}
+
+static void check_heads(relcl_context *ctx, const layer_case *c) {
+  check_heads_parts(ctx, c, 1);
+  check_heads_parts(ctx, c, 3);
 }
 
 /* ---- colsum and sumsq ---- */

@@ -142,12 +142,11 @@ static relcl_status cross_memory(relcl_decoder *d) {
   relcl_buf enc = relcl_buf_at(m->act, L->enc_out), tmp = relcl_buf_at(m->work, L->qkv);
   for (int l = 0; l < d->L; l++) {
     const relcl__attn_p *ap = &m->dec[l].cross;
-    const size_t k = 2 * (size_t)l * Ns * D, v = k + Ns * D;
+    /* layer l's keys, then its values (Ns * D further on): one split of the two */
+    const size_t k = 2 * (size_t)l * Ns * D;
     TRY(relcl__linear_forward(d->ctx, (int)Ns, d->D, 2 * d->D, enc, P(d, ap->wq + DD),
                              P(d, ap->bq + D), tmp));
-    TRY(relcl__heads_split(d->ctx, d->B, d->S, d->H, d->dh, tmp, 2 * d->D, Mem(d, k)));
-    TRY(relcl__heads_split(d->ctx, d->B, d->S, d->H, d->dh, relcl_buf_at(tmp.mem, tmp.offset + D),
-                          2 * d->D, Mem(d, v)));
+    TRY(relcl__heads_split(d->ctx, 2, d->B, d->S, d->H, d->dh, tmp, 2 * d->D, Mem(d, k)));
   }
   return RELCL_OK;
 }
@@ -362,7 +361,7 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
     TRY(cache_put(d, (size_t)D, cache(d, l, 0)));
     TRY(cache_put(d, 2 * (size_t)D, cache(d, l, 1)));
     /* (N, 1 position, H, dh) -> (N, H, 1, dh) */
-    TRY(relcl__heads_split(ctx, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
+    TRY(relcl__heads_split(ctx, 1, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
     /* the tables say which relative terms there are (no rel_v with keys only) */
     TRY(attn_step(d, N, 1, d->t + 1, d->t, RELCL_STEP_CAUSAL, Wk(d, d->qh), cache(d, l, 0),
                   cache(d, l, 1), (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
@@ -375,11 +374,11 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
   const size_t k = 2 * (size_t)l * d->B * d->S * D, v = k + (size_t)d->B * d->S * D;
   TRY(relcl__linear_forward(ctx, N, D, D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
   /* the beam rows of a sentence are its queries: (B, beam, D) -> (B, H, beam, dh) */
-  TRY(relcl__heads_split(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
+  TRY(relcl__heads_split(ctx, 1, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
   TRY(attn_step(d, d->B, d->beam, d->S, 0, 0, Wk(d, d->qh), Mem(d, k), Mem(d, v),
                 (size_t)d->S * d->dh, RELCL_BUF_NONE, RELCL_BUF_NONE, Id(d, I_SRCLEN),
                 Wk(d, d->z)));
-  TRY(relcl__heads_merge(ctx, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
+  TRY(relcl__heads_merge(ctx, 1, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
   *b = P(d, ap->bo);
   return relcl__linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), RELCL_BUF_NONE, a);
 }

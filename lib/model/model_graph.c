@@ -332,24 +332,22 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
     TRY(relcl__linear_forward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
     k = q + ND;
     v = k + ND;
-    TRY(relcl__heads_split(p->ctx, B, n, H, dh, W(p, L->qkv), 3 * D, A(p, q)));
-    TRY(relcl__heads_split(p->ctx, B, n, H, dh, W(p, L->qkv + D), 3 * D, A(p, k)));
-    TRY(relcl__heads_split(p->ctx, B, n, H, dh, W(p, L->qkv + 2 * D), 3 * D, A(p, v)));
+    /* q, k, v follow each other: one split of the three */
+    TRY(relcl__heads_split(p->ctx, 3, B, n, H, dh, W(p, L->qkv), 3 * D, A(p, q)));
   } else {
     const size_t DD = (size_t)D * D, NsD = p->Ns * D;
     TRY(relcl__linear_forward(p->ctx, N, D, D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
-    TRY(relcl__heads_split(p->ctx, B, p->T, H, dh, W(p, L->qkv), D, A(p, q)));
+    TRY(relcl__heads_split(p->ctx, 1, B, p->T, H, dh, W(p, L->qkv), D, A(p, q)));
     k = q + ND;
     v = k + NsD;
     TRY(relcl__linear_forward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out), P(p, ap->wq + DD),
                              P(p, ap->bq + (size_t)D), W(p, L->qkv)));
-    TRY(relcl__heads_split(p->ctx, B, p->S, H, dh, W(p, L->qkv), 2 * D, A(p, k)));
-    TRY(relcl__heads_split(p->ctx, B, p->S, H, dh, W(p, L->qkv + D), 2 * D, A(p, v)));
+    TRY(relcl__heads_split(p->ctx, 2, B, p->S, H, dh, W(p, L->qkv), 2 * D, A(p, k)));
   }
   TRY(relcl__attn_forward(p->ctx, &desc, A(p, q), A(p, k), A(p, v),
                          opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
                          W(p, L->zh), A(p, ba->probs)));
-  TRY(relcl__heads_merge(p->ctx, B, desc.nq, H, dh, W(p, L->zh), A(p, ba->zm), D));
+  TRY(relcl__heads_merge(p->ctx, 1, B, desc.nq, H, dh, W(p, L->zh), A(p, ba->zm), D));
   *b = P(p, ap->bo);
   return relcl__linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), RELCL_BUF_NONE, out);
 }
@@ -375,7 +373,7 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   relcl_attn_desc desc = attn_desc(p, bd);
   TRY(relcl__linear_backward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), da, W(p, L->dzm), 0,
                             G(p, ap->wo), G(p, ap->bo)));
-  TRY(relcl__heads_split(p->ctx, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
+  TRY(relcl__heads_split(p->ctx, 1, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
   const size_t nkD = (size_t)B * desc.nk * D;
   const size_t q = ba->qkv_h, k = q + ND, v = k + nkD;
   const size_t dq = L->dqkv_h, dk = dq + ND, dv = dk + nkD;
@@ -385,18 +383,16 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
                           opt(G(p, 0), ap->rel_v)));
   if (bd->kind == SUB_SELF) {
     const int n = desc.nq;
-    TRY(relcl__heads_merge(p->ctx, B, n, H, dh, W(p, dq), W(p, L->qkv), 3 * D));
-    TRY(relcl__heads_merge(p->ctx, B, n, H, dh, W(p, dk), W(p, L->qkv + D), 3 * D));
-    TRY(relcl__heads_merge(p->ctx, B, n, H, dh, W(p, dv), W(p, L->qkv + 2 * D), 3 * D));
+    /* dq, dk, dv follow each other: one merge of the three */
+    TRY(relcl__heads_merge(p->ctx, 3, B, n, H, dh, W(p, dq), W(p, L->qkv), 3 * D));
     return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
                                  G(p, ap->wq), G(p, ap->bq));
   }
   const size_t DD = (size_t)D * D;
-  TRY(relcl__heads_merge(p->ctx, B, p->T, H, dh, W(p, dq), W(p, L->qkv), D));
+  TRY(relcl__heads_merge(p->ctx, 1, B, p->T, H, dh, W(p, dq), W(p, L->qkv), D));
   TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
                             G(p, ap->wq), G(p, ap->bq)));
-  TRY(relcl__heads_merge(p->ctx, B, p->S, H, dh, W(p, dk), W(p, L->qkv), 2 * D));
-  TRY(relcl__heads_merge(p->ctx, B, p->S, H, dh, W(p, dv), W(p, L->qkv + D), 2 * D));
+  TRY(relcl__heads_merge(p->ctx, 2, B, p->S, H, dh, W(p, dk), W(p, L->qkv), 2 * D));
   return relcl__linear_backward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out),
                                P(p, ap->wq + DD), W(p, L->qkv), W(p, L->d_enc), 1,
                                G(p, ap->wq + DD), G(p, ap->bq + (size_t)D));

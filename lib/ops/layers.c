@@ -590,9 +590,9 @@ static relcl_status heads_check(relcl_context *ctx, const char *op, int batch, i
   return st;
 }
 
-static relcl_status heads_launch(relcl_context *ctx, const char *kname, int batch, int n,
-                                 int heads, int head_dim, relcl_buf x, relcl_buf y, int ld,
-                                 bool split) {
+static relcl_status heads_launch(relcl_context *ctx, const char *kname, int parts, int batch,
+                                 int n, int heads, int head_dim, relcl_buf x, relcl_buf y,
+                                 int ld, bool split) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", kname, &k);
   if (st != RELCL_OK) return st;
@@ -601,34 +601,36 @@ static relcl_status heads_launch(relcl_context *ctx, const char *kname, int batc
   if (split) RELCL__ARG(&a, ld);
   relcl__buf_arg(&a, y, NULL);
   if (!split) RELCL__ARG(&a, ld);
+  RELCL__ARG(&a, batch);
   RELCL__ARG(&a, n);
   RELCL__ARG(&a, heads);
   RELCL__ARG(&a, head_dim);
-  return launch_nd(ctx, k, &a, 3, (size_t)head_dim, (size_t)n, (size_t)batch * heads);
+  return launch_nd(ctx, k, &a, 3, (size_t)head_dim, (size_t)n,
+                   (size_t)parts * batch * heads);
 }
 
-relcl_status relcl__heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
-                                relcl_buf x, int ld, relcl_buf y) {
-  return heads_launch(ctx, "heads_split", batch, n, heads, head_dim, x, y, ld, true);
+relcl_status relcl__heads_split(relcl_context *ctx, int parts, int batch, int n, int heads,
+                                int head_dim, relcl_buf x, int ld, relcl_buf y) {
+  return heads_launch(ctx, "heads_split", parts, batch, n, heads, head_dim, x, y, ld, true);
 }
 
 relcl_status relcl_heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, int ld, relcl_buf y) {
   relcl__clear_error();
   relcl_status st = heads_check(ctx, "heads split", batch, n, heads, head_dim, x, y, ld, true);
-  return st == RELCL_OK ? relcl__heads_split(ctx, batch, n, heads, head_dim, x, ld, y) : st;
+  return st == RELCL_OK ? relcl__heads_split(ctx, 1, batch, n, heads, head_dim, x, ld, y) : st;
 }
 
-relcl_status relcl__heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
-                                relcl_buf x, relcl_buf y, int ld) {
-  return heads_launch(ctx, "heads_merge", batch, n, heads, head_dim, x, y, ld, false);
+relcl_status relcl__heads_merge(relcl_context *ctx, int parts, int batch, int n, int heads,
+                                int head_dim, relcl_buf x, relcl_buf y, int ld) {
+  return heads_launch(ctx, "heads_merge", parts, batch, n, heads, head_dim, x, y, ld, false);
 }
 
 relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
                                relcl_buf x, relcl_buf y, int ld) {
   relcl__clear_error();
   relcl_status st = heads_check(ctx, "heads merge", batch, n, heads, head_dim, x, y, ld, false);
-  return st == RELCL_OK ? relcl__heads_merge(ctx, batch, n, heads, head_dim, x, y, ld) : st;
+  return st == RELCL_OK ? relcl__heads_merge(ctx, 1, batch, n, heads, head_dim, x, y, ld) : st;
 }
 
 /* ---- reductions ---- */

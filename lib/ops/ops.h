@@ -79,9 +79,12 @@ relcl_status relcl__relu_backward(relcl_context *ctx, size_t n, relcl_buf y, rel
                                   relcl_buf dx);
 relcl_status relcl__residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
                                  relcl_buf y);
-relcl_status relcl__heads_split(relcl_context *ctx, int batch, int n, int heads, int head_dim,
-                                relcl_buf x, int ld, relcl_buf y);
-relcl_status relcl__heads_merge(relcl_context *ctx, int batch, int n, int heads, int head_dim,
-                                relcl_buf x, relcl_buf y, int ld);
+/* Head split and merge of `parts` projections at once: x (batch * n, ld) holds parts blocks
+ * of heads * head_dim columns side by side (Q|K|V), y the parts one after the other, each
+ * (batch, heads, n, head_dim) (split; merge the other way). parts = 1 is the public op. */
+relcl_status relcl__heads_split(relcl_context *ctx, int parts, int batch, int n, int heads,
+                                int head_dim, relcl_buf x, int ld, relcl_buf y);
+relcl_status relcl__heads_merge(relcl_context *ctx, int parts, int batch, int n, int heads,
+                                int head_dim, relcl_buf x, relcl_buf y, int ld);
 
 #endif
