@@ -626,18 +626,11 @@ static relcl_status heads_launch(relcl_context *ctx, const char *kname, int part
   if (split) RELCL__ARG(&a, ld);
   relcl__buf_arg(&a, y, NULL);
   if (!split) RELCL__ARG(&a, ld);
-  RELCL__ARG(&a, batch);
+  RELCL__ARG(&a, parts);
   RELCL__ARG(&a, n);
   RELCL__ARG(&a, heads);
   RELCL__ARG(&a, head_dim);
-  /* up to 16 positions a group: one a group made ~50,000 tiny groups a launch, and PoCL
-   * copied 3 x 160 heads x 100 positions x 64 in 0.95 ms that way, 0.6 ms with 16 */
-  size_t w = relcl__pow2_wg((size_t)head_dim, k->max_wg < 64 ? k->max_wg : 64);
-  size_t r = relcl__pow2_wg((size_t)n, k->max_wg / w < 16 ? k->max_wg / w : 16);
-  size_t global[3] = {((size_t)head_dim + w - 1) / w * w, ((size_t)n + r - 1) / r * r,
-                      (size_t)parts * batch * heads};
-  size_t local[3] = {w, r, 1};
-  return relcl__launch(ctx, k, &a, 3, global, local);
+  return launch_nd(ctx, k, &a, 3, (size_t)head_dim, (size_t)n, (size_t)batch * heads);
 }
 
 relcl_status relcl__heads_split(relcl_context *ctx, int parts, int batch, int n, int heads,
