@@ -220,25 +220,6 @@ __kernel void relu_bwd(__global const float *y, uint y_off, __global const float
   if (i < n) dx[dx_off + i] = y[y_off + i] > 0.0f ? dy[dy_off + i] : 0.0f;
 }
 
-/* dy (rows, cols) = y > 0 ? dy : 0 in place, and the column sums of the result over chunks of
- * `chunk` rows into part (chunks, cols) in colsum_partial's order: ReLU's backward and the
- * first pass of its layer's bias gradient in one read of dy. Global (cols, chunks). */
-__kernel void relu_bwd_partial(__global const float *y, uint y_off, __global float *dy,
-                               uint dy_off, __global float *part, int rows, int cols,
-                               int chunk) {
-  const int c = get_global_id(0), ch = get_global_id(1);
-  if (c >= cols) return;
-  const int r1 = min(rows, (ch + 1) * chunk);
-  float s = 0.0f;
-  for (int r = ch * chunk; r < r1; r++) {
-    const size_t i = (size_t)r * cols + c;
-    const float g = y[y_off + i] > 0.0f ? dy[dy_off + i] : 0.0f;
-    dy[dy_off + i] = g;
-    s += g;
-  }
-  part[(size_t)ch * cols + c] = s;
-}
-
 /* y (rows, cols) row stride ld: y += b, then ReLU with RELCL_RELU. Global (cols, rows). */
 __kernel void bias_add(__global float *y, uint y_off, int ld, __global const float *b,
                        uint b_off, int rows, int cols, int flags) {

@@ -528,31 +528,6 @@ relcl_status relcl_relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relc
   return st == RELCL_OK ? relcl__relu_backward(ctx, n, y, dy, dx) : st;
 }
 
-relcl_status relcl__relu_backward_bias(relcl_context *ctx, int rows, int cols, relcl_buf y,
-                                       relcl_buf dy, relcl_buf db) {
-  relcl_status st = RELCL_OK;
-  const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
-  cl_mem part = NULL;
-  relcl__kernel_entry *k;
-  if ((st = relcl__kernel(ctx, "layers", "relu_bwd_partial", &k)) != RELCL_OK) goto done;
-  if ((st = relcl__pool_get(ctx, (size_t)chunks * (size_t)cols * 4, &part)) != RELCL_OK)
-    goto done;
-  {
-    relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    relcl__buf_arg(&a, y, NULL);
-    relcl__buf_arg(&a, dy, NULL);
-    RELCL__ARG(&a, part);
-    RELCL__ARG(&a, rows);
-    RELCL__ARG(&a, cols);
-    RELCL__ARG(&a, chunk);
-    if ((st = launch_nd(ctx, k, &a, 2, (size_t)cols, (size_t)chunks, 1)) != RELCL_OK) goto done;
-  }
-  st = colsum_finish(ctx, part, 0, chunks, cols, db, 1);
-done:
-  relcl__pool_put(ctx, part);
-  return st;
-}
-
 relcl_status relcl__residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
                                  relcl_buf y) {
   const relcl_buf bufs[] = {a, b, y};

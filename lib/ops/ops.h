@@ -77,11 +77,6 @@ relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint
 relcl_status relcl__relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y);
 relcl_status relcl__relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
                                   relcl_buf dx);
-/* dy (rows, cols) = relu'(y) dy in place (y the ReLU's output), db (cols) += its column sums:
- * ReLU backward and the bias gradient of the linear layer before it, with one pass less than
- * relu backward then colsum (same sums, same order: the same bits). */
-relcl_status relcl__relu_backward_bias(relcl_context *ctx, int rows, int cols, relcl_buf y,
-                                       relcl_buf dy, relcl_buf db);
 relcl_status relcl__residual_add(relcl_context *ctx, size_t n, relcl_buf a, relcl_buf b,
                                  relcl_buf y);
 /* Head split and merge of `parts` projections at once: x (batch * n, ld) holds parts blocks
