@@ -55,20 +55,21 @@ def parse_args(argv):
     ap.add_argument("--max-relative-position", type=int, default=16)
     ap.add_argument("--batch-tokens", type=int, default=4000)
     ap.add_argument("--warmup", type=int, default=4000, help="learning-rate warm-up steps")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--warmup-steps", type=int, default=3,
-                    help="first updates of a round left out of its rate")
-    ap.add_argument("--steps", type=int, default=10, help="updates a round's rate is over")
+    ap.add_argument("--rounds", type=int, help="[3; --quick: 1]")
+    ap.add_argument("--warmup-steps", type=int,
+                    help="first updates of a round left out of its rate [3; --quick: 1]")
+    ap.add_argument("--steps", type=int, help="updates a round's rate is over [10; --quick: 2]")
     ap.add_argument("--threads", type=int, default=2, help="PyTorch's threads")
     ap.add_argument("--no-absolute", action="store_true",
                     help="relative positions only (half the time)")
     ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 1 round, 1 warm-up step, 2 timed steps")
+                    help="smoke run: 1 round, 1 warm-up step, 2 timed steps (unless given)")
     ap.add_argument("--json", help="write every number here as JSON")
     ap.add_argument("--keep", metavar="DIR", help="keep the runs' logs and models in DIR")
     a = ap.parse_args(argv)
-    if a.quick:
-        a.rounds, a.warmup_steps, a.steps = 1, 1, 2
+    for name, full, quick in (("rounds", 3, 1), ("warmup_steps", 3, 1), ("steps", 10, 2)):
+        if getattr(a, name) is None:
+            setattr(a, name, quick if a.quick else full)
     if a.rounds < 1 or a.steps < 1 or a.warmup_steps < 0 or a.threads < 1:
         ap.error("--rounds, --steps and --threads must be >= 1, --warmup-steps >= 0")
     return a
