@@ -122,36 +122,57 @@ CORPUS = (r"^train: .*: (\d+) lines, (\d+) pairs kept, (\d+) empty skipped, (\d+
 CORPUS_KEYS = ("lines", "pairs", "empty", "too_long", "src_tokens", "tgt_tokens")
 
 
-def relcl_round(a, work, tag, positions, spm):
+def relcl_round(a, work, tag, positions, spm, check):
     mdir = os.path.join(work, "relcl-" + tag)
     shutil.rmtree(mdir, ignore_errors=True)  # relcl-train would resume from a kept run
     jlog = mdir + ".jsonl"
-    cmd = [a.relcl_train] + model_flags(a, positions) + [
-        "--preset", "base", "--max-steps", str(a.warmup_steps + a.steps), "--log-every", "1",
-        "--valid-every", "1000000000", "--keep", "1", "--log-json", jlog, "--model-dir", mdir]
-    cmd += ["--spm-model", spm] if spm else ["--vocab-size", str(a.vocab_size)]
+    last = a.warmup_steps + a.steps
+
+    def command(steps, jlog):
+        cmd = [a.relcl_train] + model_flags(a, positions) + [
+            "--preset", "base", "--max-steps", str(steps), "--log-every", "1",
+            "--valid-every", "1000000000", "--keep", "2", "--log-json", jlog, "--model-dir", mdir]
+        return cmd + (["--spm-model", spm] if spm else ["--vocab-size", str(a.vocab_size)])
+
     log = mdir + ".log"
     what = "relcl-train (%s, %s)" % (positions, tag)
-    text = run(cmd, log, what)
+    text = run(command(last, jlog), log, what)
     m = find(r"^model: .*; (\d+) parameters in (\d+) tensors$", text, what, log)
     out = {"params": int(m.group(1)), "tensors": int(m.group(2)),
            "device": find(r"^device: (.*)$", text, what, log).group(1),
            "tuning": find(r"^CLBlast tuning: (.*)$", text, what, log).group(1),
            "corpus": dict(zip(CORPUS_KEYS, map(int, find(CORPUS, text, what, log).groups()))),
            "batches_per_epoch": int(find(r"^batches: (\d+) per epoch", text, what, log).group(1)),
-           "spm": spm or os.path.join(mdir, "spm.model"), "steps": []}
+           "spm": spm or os.path.join(mdir, "spm.model"), "steps": [], "model_dir": mdir}
     with open(jlog) as f:
         for line in f:
             o = json.loads(line)
             if o.get("type") == "train":
                 out["steps"].append({"step": o["step"], "tokens": o["tokens"], "loss": o["loss"],
                                      "seconds": o["tokens"] / o["tokens_per_s"]})
-    if [s["step"] for s in out["steps"]] != list(range(1, a.warmup_steps + a.steps + 1)):
+    if [s["step"] for s in out["steps"]] != list(range(1, last + 1)):
         die("%s: its --log-json has steps %s, not 1..%d" % (what, [s["step"] for s in out["steps"]],
-                                                            a.warmup_steps + a.steps))
-    if not a.keep:
-        shutil.rmtree(mdir, ignore_errors=True)  # checkpoints: ~100 MB a run
+                                                            last))
+    if check:
+        # one more step from the checkpoint, without dropout: PyTorch redoes it from the same
+        # checkpoint (torch_transformer.py --check-checkpoint) and must find its loss and
+        # gradient norm
+        ck = os.path.join(mdir, "ckpt-%08d.safetensors" % last)
+        spm = out["spm"]  # the first run trained it into mdir
+        run(command(last + 1, jlog + ".check") + ["--resume", "--dropout", "0"],
+            mdir + ".check.log", what + " --resume")
+        with open(jlog + ".check") as f:
+            o = [json.loads(l) for l in f if '"train"' in l][-1:]
+        if not os.path.isfile(ck) or not o or o[0]["step"] != last + 1:
+            die("%s --resume: no step %d from %s [log: %s.check.log]" % (what, last + 1, ck, mdir))
+        out["check"] = {"checkpoint": ck, "step": last + 1, "loss": o[0]["loss"],
+                        "gnorm": o[0]["gnorm"]}
     return out
+
+
+def relcl_cleanup(a, rl):
+    if not a.keep:
+        shutil.rmtree(rl["model_dir"], ignore_errors=True)  # checkpoints: ~100 MB a run
 
 
 def torch_round(a, work, tag, positions, relcl):
@@ -161,6 +182,10 @@ def torch_round(a, work, tag, positions, relcl):
         "--warmup-steps", str(a.warmup_steps), "--threads", str(a.threads),
         "--expect-params", str(relcl["params"]), "--expect-tensors", str(relcl["tensors"]),
         "--json", base + ".json"]
+    c = relcl.get("check")
+    if c:
+        cmd += ["--check-checkpoint", c["checkpoint"], "--check-step", str(c["step"]),
+                "--expect-loss", repr(c["loss"]), "--expect-gnorm", repr(c["gnorm"])]
     what = "PyTorch (%s, %s)" % (positions, tag)
     run(cmd, base + ".log", what)
     with open(base + ".json") as f:
@@ -233,13 +258,14 @@ def main(argv):
         for r in range(1, a.rounds + 1):
             for p in positions:
                 tag = "%s-%d" % (p, r)
-                rl = relcl_round(a, work, tag, p, spm)
+                rl = relcl_round(a, work, tag, p, spm, check=r == 1)
                 spm = rl["spm"]
                 res[p]["relcl"].append(rl)
                 print("round %d/%d relcl %s: %.0f tok/s (steps %d-%d; %d parameters)"
                       % (r, a.rounds, p, rate(rl["steps"], a.warmup_steps), lo, hi,
                          rl["params"]), flush=True)
                 tr = torch_round(a, work, tag, p, rl)
+                relcl_cleanup(a, rl)
                 res[p]["torch"].append(tr)
                 print("round %d/%d PyTorch %s: %.0f tok/s (same batches, same %d parameters)"
                       % (r, a.rounds, p, rate(tr["steps"], a.warmup_steps), tr["params"]),

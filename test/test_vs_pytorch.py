@@ -6,9 +6,11 @@ minute. No timing is asserted (the machine is shared); what is checked:
     the ratio = relcl's median / PyTorch's, the table printed;
   - relcl's and PyTorch's parameter counts agree (relative and absolute) and every step
     trained the same number of target tokens (the same batches);
-  - the PyTorch model is relcl's model: its first loss is about ln(vocab), and its loss
-    follows relcl's step for step (same batches, same schedule; only the initial values and
-    the dropout masks differ);
+  - the PyTorch model is relcl's model: from relcl's checkpoint of step 25 it redoes relcl's
+    step 26 without dropout to the same loss and gradient norm (within 3e-5 relative); from
+    its own initial values its first loss is about ln(vocab), and its loss follows relcl's
+    step for step (same batches, same schedule; only the initial values and the dropout
+    masks differ);
   - a wrong expected parameter count, a missing relcl-train and bad flags fail as documented.
 Exits 77 when /usr/bin/python3 has no torch (test/meson.build registers the test only where
 it has, since test.sh counts a skip as a failure).
@@ -85,6 +87,13 @@ def main():
             tk = [x["tokens"] for x in relcl["steps"]]
             check(len(tk) == 25 and tk == [x["tokens"] for x in torch["steps"]],
                   "%s: 25 steps, the same target tokens in each (%d in all)" % (pos, sum(tk)))
+            c = torch.get("check", {})
+            check(c.get("step") == 26 and c.get("relcl_gnorm") == relcl["check"]["gnorm"]
+                  and abs(c["gnorm"] - c["relcl_gnorm"]) <= 3e-5 * c["relcl_gnorm"]
+                  and abs(c["loss"] - c["relcl_loss"]) <= 3e-5 * c["relcl_loss"],
+                  "%s: relcl's step 26 redone in PyTorch from relcl's checkpoint: loss %s and "
+                  "gradient norm %s (relcl %s, %s)" % (pos, c.get("loss"), c.get("gnorm"),
+                                                      c.get("relcl_loss"), c.get("relcl_gnorm")))
             a = [x["loss"] for x in relcl["steps"]]
             b = [x["loss"] for x in torch["steps"]]
             lnv = math.log(torch["vocab"])
