@@ -143,13 +143,16 @@ def relcl_round(a, work, tag, positions, spm, check):
            "tuning": find(r"^CLBlast tuning: (.*)$", text, what, log).group(1),
            "corpus": dict(zip(CORPUS_KEYS, map(int, find(CORPUS, text, what, log).groups()))),
            "batches_per_epoch": int(find(r"^batches: (\d+) per epoch", text, what, log).group(1)),
-           "spm": spm or os.path.join(mdir, "spm.model"), "steps": [], "model_dir": mdir}
+           "spm": spm, "steps": [], "model_dir": mdir}
     with open(jlog) as f:
         for line in f:
             o = json.loads(line)
             if o.get("type") == "train":
                 out["steps"].append({"step": o["step"], "tokens": o["tokens"], "loss": o["loss"],
                                      "seconds": o["tokens"] / o["tokens_per_s"]})
+    if spm is None:  # trained by this run: kept beside the runs, whose directories go
+        out["spm"] = os.path.join(work, "spm.model")
+        shutil.copyfile(os.path.join(mdir, "spm.model"), out["spm"])
     if [s["step"] for s in out["steps"]] != list(range(1, last + 1)):
         die("%s: its --log-json has steps %s, not 1..%d" % (what, [s["step"] for s in out["steps"]],
                                                             last))
@@ -158,7 +161,7 @@ def relcl_round(a, work, tag, positions, spm, check):
         # checkpoint (torch_transformer.py --check-checkpoint) and must find its loss and
         # gradient norm
         ck = os.path.join(mdir, "ckpt-%08d.safetensors" % last)
-        spm = out["spm"]  # the first run trained it into mdir
+        spm = out["spm"]
         run(command(last + 1, jlog + ".check") + ["--resume", "--dropout", "0"],
             mdir + ".check.log", what + " --resume")
         with open(jlog + ".check") as f:
