@@ -67,6 +67,9 @@ def parse_args(argv):
     ap.add_argument("--json", help="write every number here as JSON")
     ap.add_argument("--keep", metavar="DIR", help="keep the runs' logs and models in DIR")
     a = ap.parse_args(argv)
+    for name in ("relcl_train", "train_src", "train_tgt", "spm_model", "json", "keep"):
+        if getattr(a, name):  # the runs start in the source root
+            setattr(a, name, os.path.abspath(getattr(a, name)))
     for name, full, quick in (("rounds", 3, 1), ("warmup_steps", 3, 1), ("steps", 10, 2)):
         if getattr(a, name) is None:
             setattr(a, name, quick if a.quick else full)
