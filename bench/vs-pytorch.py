@@ -11,8 +11,10 @@ either system trains on the same batches; a round's rate is the target tokens of
 ratio relcl / PyTorch), with the device, the CPU, the load and the CLBlast tuning relcl ran.
 
 Checked on the way, fatal when they differ: the parameter count (relcl-train's "N parameters
-in M tensors" against the PyTorch model's, counted the same way), the corpus statistics and
-every step's target token count (the same batches).
+in M tensors" against the PyTorch model's, counted the same way), the corpus statistics,
+every step's target token count (the same batches), and in the first round of each kind of
+positions one step redone by PyTorch from relcl's checkpoint without dropout (the same loss
+and gradient norm: the same model).
 
 usage: bench/vs-pytorch.py [--quick] [--rounds N] [--warmup-steps W] [--steps N]
        [--no-absolute] [--json FILE] [--keep DIR] [model and data flags]
@@ -260,25 +262,23 @@ def main(argv):
     load_before, t0 = load(), time.time()
     spm = a.spm_model
     lo, hi = a.warmup_steps + 1, a.warmup_steps + a.steps
-    try:
-        for r in range(1, a.rounds + 1):
-            for p in positions:
-                tag = "%s-%d" % (p, r)
-                rl = relcl_round(a, work, tag, p, spm, check=r == 1)
-                spm = rl["spm"]
-                res[p]["relcl"].append(rl)
-                print("round %d/%d relcl %s: %.0f tok/s (steps %d-%d; %d parameters)"
-                      % (r, a.rounds, p, rate(rl["steps"], a.warmup_steps), lo, hi,
-                         rl["params"]), flush=True)
-                tr = torch_round(a, work, tag, p, rl)
-                relcl_cleanup(a, rl)
-                res[p]["torch"].append(tr)
-                print("round %d/%d PyTorch %s: %.0f tok/s (same batches, same %d parameters)"
-                      % (r, a.rounds, p, rate(tr["steps"], a.warmup_steps), tr["params"]),
-                      flush=True)
-    finally:
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    for r in range(1, a.rounds + 1):
+        for p in positions:
+            tag = "%s-%d" % (p, r)
+            rl = relcl_round(a, work, tag, p, spm, check=r == 1)
+            spm = rl["spm"]
+            res[p]["relcl"].append(rl)
+            print("round %d/%d relcl %s: %.0f tok/s (steps %d-%d; %d parameters)"
+                  % (r, a.rounds, p, rate(rl["steps"], a.warmup_steps), lo, hi,
+                     rl["params"]), flush=True)
+            tr = torch_round(a, work, tag, p, rl)
+            relcl_cleanup(a, rl)
+            res[p]["torch"].append(tr)
+            print("round %d/%d PyTorch %s: %.0f tok/s (same batches, same %d parameters)"
+                  % (r, a.rounds, p, rate(tr["steps"], a.warmup_steps), tr["params"]),
+                  flush=True)
+    if not a.keep:  # kept after a failure: the message names a log in it
+        shutil.rmtree(work, ignore_errors=True)
     load_after = load()
     first = res["relative"]["relcl"][0]
     tr0 = res["relative"]["torch"][0]
