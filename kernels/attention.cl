@@ -1,4 +1,5 @@
-/* Row kernels of relation-aware attention: one work-group per query row.
+/* Row kernels of relation-aware attention: one work-group or one work-item per query row
+ * (common.cl's two shapes); `rows` = B H nq.
  *
  * Per row (bh, i), bh = b*H + h, row = bh*nq + i, query position pq = q_pos0 + i:
  *   S, D, A   (rows, nk)  logits, weights or their gradients
@@ -38,13 +39,13 @@ inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, 
     bk[r - rlo] = v;
 }
 
-/* Part two (every work-item calls it): the edge sums, and zeros for interior labels whose
+/* Part two (every lane of the row calls it): the edge sums, and zeros for interior labels whose
  * key lies outside 0..nk-1. */
 inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int rlo, int R,
                                 float left, float right, __local float *red) {
-  left = relcl_wg_sum(red, left);
-  right = relcl_wg_sum(red, right);
-  for (int c = get_local_id(0); c < R; c += get_local_size(0)) {
+  left = relcl_row_sum(red, left);
+  right = relcl_row_sum(red, right);
+  for (int c = RELCL_ROW_LANE(); c < R; c += RELCL_ROW_LANES()) {
     const int r = c + rlo;
     if (r == 0) {
       bk[c] = left;
@@ -61,12 +62,13 @@ inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int r
  * alpha to probs, alpha' = dropout(alpha) over S, and the label sums of alpha' to Bk. */
 __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float *P, uint p_off,
                             __global float *probs, uint probs_off, __global float *Bk,
-                            uint b_off, __global const int *key_len, uint kl_off, int H,
+                            uint b_off, __global const int *key_len, uint kl_off, int rows, int H,
                             int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
                             float scale, uint drop_threshold, float drop_scale, uint seed_lo,
                             uint seed_hi, uint stream_lo, uint stream_hi,
                             __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   const int bh = row / nq, i = row - bh * nq; /* not row % nq: see oclgrind note above */
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
@@ -84,12 +86,12 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
     s[j] = e;
     mx = fmax(mx, e);
   }
-  mx = relcl_wg_max(red, mx);
+  mx = relcl_row_max(red, mx);
 
   float sum = 0.0f;
   for (int j = lid; j < nk; j += wg)
     if (!relcl_masked(j, pq, len, flags)) sum += exp(s[j] - mx);
-  sum = relcl_wg_sum(red, sum);
+  sum = relcl_row_sum(red, sum);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
 
   float left = 0.0f, right = 0.0f;
@@ -112,11 +114,12 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
  * label sums into Bk (with RELCL_BUCKET). */
 __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __global float *A,
                              uint a_off, __global float *Bk, uint b_off,
-                             __global const int *key_len, uint kl_off, int H, int nq, int nk,
+                             __global const int *key_len, uint kl_off, int rows, int H, int nq, int nk,
                              int k, int rlo, int R, int q_pos0, int flags, uint drop_threshold,
                              float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
                              uint stream_hi, __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   const int pq = q_pos0 + row - (row / nq) * nq;
   __global const float *a = probs + probs_off + (size_t)row * nk;
   __global float *ad_out = A + a_off + (size_t)row * nk;
@@ -141,11 +144,12 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
  * label sums of de into Cb. */
 __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float *G, uint g_off,
                             __global const float *probs, uint probs_off, __global float *Cb,
-                            uint c_off, __global const int *key_len, uint kl_off, int H, int nq,
+                            uint c_off, __global const int *key_len, uint kl_off, int rows, int H, int nq,
                             int nk, int k, int rlo, int R, int q_pos0, int flags, float scale,
                             uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
                             uint stream_lo, uint stream_hi, __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   const int bh = row / nq, i = row - bh * nq; /* not row % nq: see oclgrind note above */
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
@@ -170,7 +174,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
     dd[j] = da;
     dot += a[j] * da;
   }
-  dot = relcl_wg_sum(red, dot);
+  dot = relcl_row_sum(red, dot);
 
   float left = 0.0f, right = 0.0f;
   for (int j = lid; j < nk; j += wg) {

@@ -1,5 +1,5 @@
-/* Shared by every relcl program (prepended at build time): the counter-based RNG and
- * work-group reductions. OpenCL C 1.2, no extensions. */
+/* Shared by every relcl program (prepended at build time): the counter-based RNG,
+ * work-group reductions and the two shapes of the row kernels. OpenCL C 1.2, no extensions. */
 
 /* Philox4x32-10 (Salmon et al., SC'11): the same integer arithmetic on every device, so a
  * dropout mask depends only on (seed, stream, index). */
@@ -48,3 +48,40 @@ inline float relcl_wg_max(__local float *red, float v) {
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 }
+
+/* The row kernels (attention.cl, layers.cl's layer norm, loss.cl) come in two shapes, chosen
+ * per context (lib/runtime/context.c) by building with or without -DRELCL_ROW_ITEM:
+ *  - group (GPUs): one power-of-two work-group per row, its work-items striding over the
+ *    row's columns, sums in the trees above;
+ *  - item (CPUs): one work-item per row, a plain loop over the columns in order, no barrier
+ *    and no local memory. PoCL runs a work-group as loops cut at each barrier, so the tree
+ *    costs more there than the row's arithmetic.
+ * A kernel reads its row and its lane (lid of wg lanes over the row) from these, returns
+ * when RELCL_ROW_PAST (item: the global size is rounded up to whole groups), and reduces with
+ * relcl_row_sum / _max, which are the trees or nothing (one lane holds the whole sum). The
+ * order of a sum is fixed in both shapes, but differs between them. */
+#ifdef RELCL_ROW_ITEM
+#define RELCL_ROW_ID() ((int)get_global_id(0))
+#define RELCL_ROW_LANE() 0
+#define RELCL_ROW_LANES() 1
+#define RELCL_ROW_PAST(row, rows) ((row) >= (rows))
+#define RELCL_ROW_BARRIER_GLOBAL() ((void)0)
+inline float relcl_row_sum(__local float *red, float v) { return v; }
+inline float relcl_row_max(__local float *red, float v) { return v; }
+/* floatN, vloadN, vstoreN for N = RELCL_COL_VEC (flags.h) */
+#define RELCL_PASTE_(a, b) a##b
+#define RELCL_PASTE(a, b) RELCL_PASTE_(a, b)
+#define RELCL_COL_VECTOR RELCL_PASTE(float, RELCL_COL_VEC)
+#define RELCL_COL_VLOAD RELCL_PASTE(vload, RELCL_COL_VEC)
+#define RELCL_COL_VSTORE RELCL_PASTE(vstore, RELCL_COL_VEC)
+#else
+#define RELCL_ROW_ID() ((int)get_group_id(0))
+#define RELCL_ROW_LANE() ((int)get_local_id(0))
+#define RELCL_ROW_LANES() ((int)get_local_size(0))
+/* the host launches exactly `rows` groups; and PoCL mis-runs some kernels whose barriers
+ * follow a return, even one taken by whole groups */
+#define RELCL_ROW_PAST(row, rows) 0
+#define RELCL_ROW_BARRIER_GLOBAL() barrier(CLK_GLOBAL_MEM_FENCE)
+inline float relcl_row_sum(__local float *red, float v) { return relcl_wg_sum(red, v); }
+inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(red, v); }
+#endif

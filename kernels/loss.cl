@@ -1,18 +1,19 @@
 /* The output side of the model: label-smoothed cross-entropy fused with its gradient, and the
- * row argmax of greedy decoding. One work-group (power of two) per row of logits (rows, V);
- * reductions in common.cl's fixed-order trees. See include/relcl_layers.h for the formulas.
+ * row argmax of greedy decoding. One work-group (power of two) or one work-item per row of
+ * logits (rows, V): common.cl's row shapes. See include/relcl_layers.h for the formulas.
  */
 
 /* flags: RELCL_WRITE_GRAD (kernels/flags.h) */
 
-/* losses (rows, 2): (label-smoothed loss, nll). dz may be z (in place): every work-item reads
- * z[t], then a global-memory barrier (the reductions' barriers fence only local memory) before
- * any entry is overwritten; every other entry is read and written by one work-item. */
+/* losses (rows, 2): (label-smoothed loss, nll). dz may be z (in place): every lane reads
+ * z[t], then (group shape) a global-memory barrier (the reductions' barriers fence only local
+ * memory) before any entry is overwritten; every other entry is read and written by one lane. */
 __kernel void xent_rows(__global const float *z, uint z_off, __global const int *targets,
                         uint t_off, __global float *dz, uint dz_off, __global float *losses,
-                        uint l_off, int V, float eps, int ignore_id, float grad_scale, int flags,
+                        uint l_off, int rows, int V, float eps, int ignore_id, float grad_scale, int flags,
                         __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *zr = z + z_off + (size_t)row * V;
   __global float *dzr = dz + dz_off + (size_t)row * V;
   const int t = targets[t_off + row];
@@ -26,17 +27,17 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
     return;
   }
   const float zt = zr[t];
-  barrier(CLK_GLOBAL_MEM_FENCE);
+  RELCL_ROW_BARRIER_GLOBAL();
   float mx = -FLT_MAX;
   for (int v = lid; v < V; v += wg) mx = fmax(mx, zr[v]);
-  mx = relcl_wg_max(red, mx);
+  mx = relcl_row_max(red, mx);
   float se = 0.0f, sz = 0.0f;
   for (int v = lid; v < V; v += wg) {
     se += exp(zr[v] - mx);
     sz += zr[v];
   }
-  se = relcl_wg_sum(red, se);
-  sz = relcl_wg_sum(red, sz);
+  se = relcl_row_sum(red, se);
+  sz = relcl_row_sum(red, sz);
   const float lse = mx + log(se);
   const float nll = lse - zt;
   if (lid == 0) {
@@ -54,8 +55,9 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
 
 /* out[row] = smallest index of the largest entry; NaN never wins. */
 __kernel void argmax_rows(__global const float *x, uint x_off, int ld, __global int *out,
-                          uint o_off, int cols, __local float *rv, __local int *ri) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+                          uint o_off, int rows, int cols, __local float *rv, __local int *ri) {
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * ld;
   float best = -INFINITY;
   int bi = cols; /* "none yet": larger than any index */
@@ -66,6 +68,7 @@ __kernel void argmax_rows(__global const float *x, uint x_off, int ld, __global 
       bi = c;
     }
   }
+#ifndef RELCL_ROW_ITEM
   rv[lid] = best;
   ri[lid] = bi;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -80,5 +83,7 @@ __kernel void argmax_rows(__global const float *x, uint x_off, int ld, __global 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  if (lid == 0) out[o_off + row] = ri[0] < cols ? ri[0] : 0;
+  bi = ri[0];
+#endif
+  if (lid == 0) out[o_off + row] = bi < cols ? bi : 0;
 }
