@@ -74,6 +74,23 @@ inline float relcl_row_max(__local float *red, float v) { return v; }
 #define RELCL_COL_VECTOR RELCL_PASTE(float, RELCL_COL_VEC)
 #define RELCL_COL_VLOAD RELCL_PASTE(vload, RELCL_COL_VEC)
 #define RELCL_COL_VSTORE RELCL_PASTE(vstore, RELCL_COL_VEC)
+/* Sums over a row in the item shape go in RELCL_COL_VEC lanes (lane l takes the columns
+ * c = l mod RELCL_COL_VEC of the whole vectors), then these add the lanes in order, then
+ * the kernel adds the tail past the last whole vector in order. */
+inline float relcl_lanes_sum(RELCL_COL_VECTOR v) {
+  float l[RELCL_COL_VEC];
+  RELCL_COL_VSTORE(v, 0, l);
+  float s = l[0];
+  for (int i = 1; i < RELCL_COL_VEC; i++) s += l[i];
+  return s;
+}
+inline float relcl_lanes_max(RELCL_COL_VECTOR v) {
+  float l[RELCL_COL_VEC];
+  RELCL_COL_VSTORE(v, 0, l);
+  float m = l[0];
+  for (int i = 1; i < RELCL_COL_VEC; i++) m = fmax(m, l[i]);
+  return m;
+}
 #else
 #define RELCL_ROW_ID() ((int)get_group_id(0))
 #define RELCL_ROW_LANE() ((int)get_local_id(0))

@@ -22,6 +22,31 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
   if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * d;
   __global float *yr = y + y_off + (size_t)row * d;
+#ifdef RELCL_ROW_ITEM
+  /* the item shape: whole vectors of the row, then its tail (common.cl) */
+  const int vend = d - d % RELCL_COL_VEC;
+  RELCL_COL_VECTOR s8 = 0.0f, v8 = 0.0f;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) s8 += RELCL_COL_VLOAD(0, xr + c);
+  float s = relcl_lanes_sum(s8);
+  for (int c = vend; c < d; c++) s += xr[c];
+  const float mu = s / (float)d;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR t = RELCL_COL_VLOAD(0, xr + c) - mu;
+    v8 += t * t;
+  }
+  float v = relcl_lanes_sum(v8);
+  for (int c = vend; c < d; c++) {
+    const float t = xr[c] - mu;
+    v += t * t;
+  }
+  const float rs = 1.0f / sqrt(v / (float)d + eps);
+  for (int c = 0; c < vend; c += RELCL_COL_VEC)
+    RELCL_COL_VSTORE((RELCL_COL_VLOAD(0, xr + c) - mu) * rs *
+                             RELCL_COL_VLOAD(0, gain + g_off + c) +
+                         RELCL_COL_VLOAD(0, bias + b_off + c),
+                     0, yr + c);
+  const int c0 = vend, step = 1;
+#else
   float s = 0.0f;
   for (int c = lid; c < d; c += wg) s += xr[c];
   const float mu = relcl_row_sum(red, s) / (float)d;
@@ -31,7 +56,9 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
     v += t * t;
   }
   const float rs = 1.0f / sqrt(relcl_row_sum(red, v) / (float)d + eps);
-  for (int c = lid; c < d; c += wg)
+  const int c0 = lid, step = wg;
+#endif
+  for (int c = c0; c < d; c += step) /* item shape: the tail */
     yr[c] = (xr[c] - mu) * rs * gain[g_off + c] + bias[b_off + c];
   if (lid == 0) {
     mean[m_off + row] = mu;
@@ -50,6 +77,31 @@ __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *
   __global const float *dyr = dy + dy_off + (size_t)row * d;
   __global float *dxr = dx + dx_off + (size_t)row * d;
   const float mu = mean[m_off + row], rs = rstd[r_off + row];
+#ifdef RELCL_ROW_ITEM
+  /* the item shape: whole vectors of the row, then its tail (common.cl) */
+  const int vend = d - d % RELCL_COL_VEC;
+  RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + g_off + c);
+    a8 += g;
+    b8 += g * ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs);
+  }
+  float s1 = relcl_lanes_sum(a8), s2 = relcl_lanes_sum(b8);
+  for (int c = vend; c < d; c++) {
+    const float g = dyr[c] * gain[g_off + c];
+    s1 += g;
+    s2 += g * ((xr[c] - mu) * rs);
+  }
+  s1 /= (float)d;
+  s2 /= (float)d;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + g_off + c);
+    RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
+    if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
+    RELCL_COL_VSTORE(v, 0, dxr + c);
+  }
+  const int c0 = vend, step = 1;
+#else
   float s1 = 0.0f, s2 = 0.0f;
   for (int c = lid; c < d; c += wg) {
     const float g = dyr[c] * gain[g_off + c];
@@ -58,7 +110,9 @@ __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *
   }
   s1 = relcl_row_sum(red, s1) / (float)d;
   s2 = relcl_row_sum(red, s2) / (float)d;
-  for (int c = lid; c < d; c += wg) {
+  const int c0 = lid, step = wg;
+#endif
+  for (int c = c0; c < d; c += step) { /* item shape: the tail */
     const float g = dyr[c] * gain[g_off + c];
     const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
     dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;

@@ -28,6 +28,26 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
   }
   const float zt = zr[t];
   RELCL_ROW_BARRIER_GLOBAL();
+#ifdef RELCL_ROW_ITEM
+  /* the item shape: whole vectors of the row, then its tail (common.cl), so that exp runs
+   * on vectors */
+  const int vend = V - V % RELCL_COL_VEC;
+  RELCL_COL_VECTOR m8 = -FLT_MAX;
+  for (int v = 0; v < vend; v += RELCL_COL_VEC) m8 = fmax(m8, RELCL_COL_VLOAD(0, zr + v));
+  float mx = relcl_lanes_max(m8);
+  for (int v = vend; v < V; v++) mx = fmax(mx, zr[v]);
+  RELCL_COL_VECTOR se8 = 0.0f, sz8 = 0.0f;
+  for (int v = 0; v < vend; v += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR x = RELCL_COL_VLOAD(0, zr + v);
+    se8 += exp(x - mx);
+    sz8 += x;
+  }
+  float se = relcl_lanes_sum(se8), sz = relcl_lanes_sum(sz8);
+  for (int v = vend; v < V; v++) {
+    se += exp(zr[v] - mx);
+    sz += zr[v];
+  }
+#else
   float mx = -FLT_MAX;
   for (int v = lid; v < V; v += wg) mx = fmax(mx, zr[v]);
   mx = relcl_row_max(red, mx);
@@ -38,6 +58,7 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
   }
   se = relcl_row_sum(red, se);
   sz = relcl_row_sum(red, sz);
+#endif
   const float lse = mx + log(se);
   const float nll = lse - zt;
   if (lid == 0) {
@@ -46,10 +67,18 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
   }
   if (flags & RELCL_WRITE_GRAD) {
     const float u = eps / (float)V;
+#ifdef RELCL_ROW_ITEM
+    for (int v = 0; v < vend; v += RELCL_COL_VEC)
+      RELCL_COL_VSTORE(grad_scale * (exp(RELCL_COL_VLOAD(0, zr + v) - lse) - u), 0, dzr + v);
+    for (int v = vend; v < V; v++) dzr[v] = grad_scale * (exp(zr[v] - lse) - u);
+    /* the target's entry again, from zt: dz may be z */
+    dzr[t] = grad_scale * (exp(zt - lse) - (1.0f - eps + u));
+#else
     for (int v = lid; v < V; v += wg) {
       const float q = v == t ? 1.0f - eps + u : u;
       dzr[v] = grad_scale * (exp(zr[v] - lse) - q);
     }
+#endif
   }
 }
 
