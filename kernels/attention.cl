@@ -26,6 +26,29 @@ inline int relcl_masked(int j, int pq, int len, int flags) {
   return j >= len || ((flags & RELCL_CAUSAL) && j > pq);
 }
 
+/* Dropout decisions of row `row`'s keys (element row nk + j). The item shape walks j in order
+ * and takes them eight at a time from relcl_keep8 (vector integer arithmetic); the group
+ * shape, one key a lane. Start with kc.j0 = -8 (nothing held). */
+typedef struct relcl_keeps {
+  int j0; /* keep[0] is key j0's */
+  int keep[8];
+} relcl_keeps;
+
+inline int relcl_row_keep(relcl_keeps *kc, int row, int nk, int j, uint stream_lo,
+                          uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
+  const ulong index = (ulong)row * (ulong)nk + (ulong)j;
+#ifdef RELCL_ROW_ITEM
+  if (j < kc->j0 || j >= kc->j0 + 8) {
+    kc->j0 = j;
+    relcl_keep8(kc->keep, index, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+  }
+  return kc->keep[j - kc->j0];
+#else
+  (void)kc;
+  return relcl_keep(index, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+#endif
+}
+
 /* Label sums, part one: key j's value v goes straight into its interior label, or into the
  * running sums of the two edge labels. */
 inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, int R, float v,
@@ -89,19 +112,25 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   mx = relcl_row_max(red, mx);
 
   float sum = 0.0f;
-  for (int j = lid; j < nk; j += wg)
-    if (!relcl_masked(j, pq, len, flags)) sum += exp(s[j] - mx);
+  for (int j = lid; j < nk; j += wg) /* each lane keeps its own j: s[j] = exp(.) is its own */
+    if (!relcl_masked(j, pq, len, flags)) {
+      const float e = exp(s[j] - mx);
+      s[j] = e;
+      sum += e;
+    }
   sum = relcl_row_sum(red, sum);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
 
   float left = 0.0f, right = 0.0f;
+  relcl_keeps kc;
+  kc.j0 = -8;
   for (int j = lid; j < nk; j += wg) {
-    const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : exp(s[j] - mx) * inv;
+    const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : s[j] * inv;
     a[j] = alpha;
     float ad = alpha;
     if (flags & RELCL_DROPOUT)
-      ad = relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
-                      drop_threshold)
+      ad = relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
+                          drop_threshold)
                ? alpha * drop_scale
                : 0.0f;
     s[j] = ad;
@@ -125,11 +154,13 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
   __global float *ad_out = A + a_off + (size_t)row * nk;
   __global float *bk = Bk + b_off + (size_t)row * R;
   float left = 0.0f, right = 0.0f;
+  relcl_keeps kc;
+  kc.j0 = -8;
   for (int j = lid; j < nk; j += wg) {
     float ad = a[j];
     if (flags & RELCL_DROPOUT)
-      ad = relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
-                      drop_threshold)
+      ad = relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
+                          drop_threshold)
                ? ad * drop_scale
                : 0.0f;
     if (flags & RELCL_WRITE_A) ad_out[j] = ad;
@@ -159,14 +190,15 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   __global float *cb = Cb + c_off + (size_t)row * R;
 
   float dot = 0.0f;
+  relcl_keeps kc;
+  kc.j0 = -8;
   for (int j = lid; j < nk; j += wg) {
     float da = 0.0f;
     if (!relcl_masked(j, pq, len, flags)) {
       da = dd[j];
       if (flags & RELCL_GATHER) da += g[relcl_label(j, pq, k) - rlo];
-      if ((flags & RELCL_DROPOUT) &&
-          !relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
-                      drop_threshold))
+      if ((flags & RELCL_DROPOUT) && !relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi,
+                                                     seed_lo, seed_hi, drop_threshold))
         da = 0.0f;
       else if (flags & RELCL_DROPOUT)
         da *= drop_scale;

@@ -21,6 +21,31 @@ inline int relcl_keep(ulong index, uint stream_lo, uint stream_hi, uint seed_lo,
   return relcl_philox4x32_10(c, seed_lo, seed_hi).x >= threshold;
 }
 
+/* Eight consecutive elements index0 .. index0+7 at once: relcl_keep's decisions, bit for bit
+ * (the same integer arithmetic, one element a lane), into keep[0..7]; for the item shape of
+ * the row kernels, where one work-item walks a row's elements in order. */
+inline void relcl_keep8(int *keep, ulong index0, uint stream_lo, uint stream_hi, uint seed_lo,
+                        uint seed_hi, uint threshold) {
+  /* the counters' low words, and their high words with the carry (a true lane compares as
+   * all ones: minus it adds one); no ulong8, whose calls AVX2 PoCL warns about */
+  const uint lo = (uint)index0;
+  uint8 c0 = (uint8)(lo) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);
+  uint8 c1 = (uint8)((uint)(index0 >> 32)) - as_uint8(c0 < (uint8)(lo));
+  uint8 c2 = (uint8)(stream_lo), c3 = (uint8)(stream_hi);
+  uint k0 = seed_lo, k1 = seed_hi;
+  for (int round = 0; round < 10; round++) {
+    const uint8 hi0 = mul_hi((uint8)(0xD2511F53u), c0), lo0 = (uint8)(0xD2511F53u) * c0;
+    const uint8 hi1 = mul_hi((uint8)(0xCD9E8D57u), c2), lo1 = (uint8)(0xCD9E8D57u) * c2;
+    c0 = hi1 ^ c1 ^ (uint8)(k0);
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ (uint8)(k1);
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  vstore8(convert_int8(c0 >= (uint8)(threshold)) & (int8)(1), 0, keep);
+}
+
 /* Tree reductions over a power-of-two work-group, in a fixed order: the result does not
  * depend on scheduling. Every work-item must call them. */
 inline float relcl_wg_sum(__local float *red, float v) {
