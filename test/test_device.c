@@ -172,6 +172,8 @@ int main(void) {
   st = relcl_context_create(&ctx, NULL);
   tu_check(st == RELCL_OK && strstr(relcl_context_tuning(ctx), "none"),
            "RELCL_TUNING=off: %s", st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  tu_check(st == RELCL_OK && relcl_context_tuning_kernels(ctx) == NULL,
+           "RELCL_TUNING=off: no parameters in force");
   relcl_context_destroy(ctx);
   setenv("RELCL_TUNING", path, 1);
   st = relcl_context_create(&ctx, NULL);
@@ -181,6 +183,12 @@ int main(void) {
            st == RELCL_OK ? relcl_context_tuning(ctx) : "");
   tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT,
            "... and its fit is exact");
+  {
+    const char *kt = st == RELCL_OK ? relcl_context_tuning_kernels(ctx) : NULL;
+    tu_check(kt && strstr(kt, "\"Xgemm\"") && strstr(kt, "\"MWG\":32") &&
+                 strstr(kt, "\"KWG\":16"),
+             "... and its parameters are given back: %s", kt ? kt : "(null)");
+  }
   relcl_context_destroy(ctx);
   f = fopen(path, "w");
   if (f) {

@@ -284,6 +284,7 @@ void relcl_context_destroy(relcl_context *ctx) {
     relcl__profile_print(ctx); /* asked for: the one print in lib */
   relcl__profile_resolve(ctx);
   free(ctx->pending);
+  free(ctx->tuning_kernels);
   relcl__pool_destroy(&ctx->pool);
   for (int i = 0; i < ctx->n_kernels; i++) clReleaseKernel(ctx->kernel[i].kernel);
   for (int i = 0; i < RELCL__MAX_PROGRAMS; i++)

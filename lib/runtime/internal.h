@@ -58,6 +58,7 @@ struct relcl_context {
   relcl__pool pool;
   char tuning[1024]; /* which CLBlast tuning was applied (tuning.c) */
   relcl_tuning_fit tuning_fit;
+  char *tuning_kernels; /* the applied file's "kernels" object as JSON text, or NULL */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */
