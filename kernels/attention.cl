@@ -62,8 +62,8 @@ inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, 
     bk[r - rlo] = v;
 }
 
-/* Part two (every lane of the row calls it): the edge sums, and zeros for interior labels whose
- * key lies outside 0..nk-1. */
+/* Part two (every lane of the row calls it): the edge sums, and zeros for interior labels
+ * whose key lies outside 0..nk-1. */
 inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int rlo, int R,
                                 float left, float right, __local float *red) {
   left = relcl_row_sum(red, left);
@@ -85,8 +85,8 @@ inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int r
  * alpha to probs, alpha' = dropout(alpha) over S, and the label sums of alpha' to Bk. */
 __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float *P, uint p_off,
                             __global float *probs, uint probs_off, __global float *Bk,
-                            uint b_off, __global const int *key_len, uint kl_off, int rows, int H,
-                            int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
+                            uint b_off, __global const int *key_len, uint kl_off, int rows,
+                            int H, int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
                             float scale, uint drop_threshold, float drop_scale, uint seed_lo,
                             uint seed_hi, uint stream_lo, uint stream_hi,
                             __local float *red) {
@@ -143,10 +143,10 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
  * label sums into Bk (with RELCL_BUCKET). */
 __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __global float *A,
                              uint a_off, __global float *Bk, uint b_off,
-                             __global const int *key_len, uint kl_off, int rows, int H, int nq, int nk,
-                             int k, int rlo, int R, int q_pos0, int flags, uint drop_threshold,
-                             float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
-                             uint stream_hi, __local float *red) {
+                             __global const int *key_len, uint kl_off, int rows, int H, int nq,
+                             int nk, int k, int rlo, int R, int q_pos0, int flags,
+                             uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
+                             uint stream_lo, uint stream_hi, __local float *red) {
   const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   if (RELCL_ROW_PAST(row, rows)) return;
   const int pq = q_pos0 + row - (row / nq) * nq;
@@ -175,8 +175,9 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
  * label sums of de into Cb. */
 __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float *G, uint g_off,
                             __global const float *probs, uint probs_off, __global float *Cb,
-                            uint c_off, __global const int *key_len, uint kl_off, int rows, int H, int nq,
-                            int nk, int k, int rlo, int R, int q_pos0, int flags, float scale,
+                            uint c_off, __global const int *key_len, uint kl_off, int rows,
+                            int H, int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
+                            float scale,
                             uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
                             uint stream_lo, uint stream_hi, __local float *red) {
   const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();

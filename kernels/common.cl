@@ -78,9 +78,11 @@ inline float relcl_wg_max(__local float *red, float v) {
  * per context (lib/runtime/context.c) by building with or without -DRELCL_ROW_ITEM:
  *  - group (GPUs): one power-of-two work-group per row, its work-items striding over the
  *    row's columns, sums in the trees above;
- *  - item (CPUs): one work-item per row, a plain loop over the columns in order, no barrier
- *    and no local memory. PoCL runs a work-group as loops cut at each barrier, so the tree
- *    costs more there than the row's arithmetic.
+ *  - item (CPUs): one work-item per row, a loop over the columns in order, no barrier and
+ *    no local memory; where the work is arithmetic (layer norm, cross-entropy) the loop takes
+ *    vectors of RELCL_COL_VEC columns and the sums run in as many lanes (relcl_lanes_sum).
+ *    PoCL runs a work-group as loops cut at each barrier, so the trees cost more there than
+ *    the row's arithmetic.
  * A kernel reads its row and its lane (lid of wg lanes over the row) from these, returns
  * when RELCL_ROW_PAST (item: the global size is rounded up to whole groups), and reduces with
  * relcl_row_sum / _max, which are the trees or nothing (one lane holds the whole sum). The
@@ -120,8 +122,8 @@ inline float relcl_lanes_max(RELCL_COL_VECTOR v) {
 #define RELCL_ROW_ID() ((int)get_group_id(0))
 #define RELCL_ROW_LANE() ((int)get_local_id(0))
 #define RELCL_ROW_LANES() ((int)get_local_size(0))
-/* the host launches exactly `rows` groups; and PoCL mis-runs some kernels whose barriers
- * follow a return, even one taken by whole groups */
+/* the host launches exactly `rows` groups; and with a `return` before the barriers, even one
+ * that whole groups take, PoCL 3.1 computed ln_bwd wrong (test_layers, d = 5) */
 #define RELCL_ROW_PAST(row, rows) 0
 #define RELCL_ROW_BARRIER_GLOBAL() barrier(CLK_GLOBAL_MEM_FENCE)
 inline float relcl_row_sum(__local float *red, float v) { return relcl_wg_sum(red, v); }

@@ -10,8 +10,8 @@
  * memory) before any entry is overwritten; every other entry is read and written by one lane. */
 __kernel void xent_rows(__global const float *z, uint z_off, __global const int *targets,
                         uint t_off, __global float *dz, uint dz_off, __global float *losses,
-                        uint l_off, int rows, int V, float eps, int ignore_id, float grad_scale, int flags,
-                        __local float *red) {
+                        uint l_off, int rows, int V, float eps, int ignore_id,
+                        float grad_scale, int flags, __local float *red) {
   const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *zr = z + z_off + (size_t)row * V;
