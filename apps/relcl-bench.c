@@ -27,6 +27,7 @@ enum { MAX_VARIANTS = 12, MAX_REPS = 64 };
 typedef struct options {
   const char *device, *preset, *plot, *tuning_file;
   int vocab, batch_tokens, length, k, reps, profile_reps, tuning_reps;
+  int layers, d_model, heads, d_ff; /* 0: the preset's */
   int scaling_max, scaling_min;
   bool variants, json, quick, no_scaling, no_tuning, no_peaks, tuning_child;
 } options;
@@ -86,6 +87,7 @@ static void usage(FILE *f) {
           "  --device SPEC        OpenCL device (as RELCL_DEVICE)\n"
           "  --preset NAME        tiny | base | big\n"
           "  --vocab N            vocabulary (default 2000 with tiny, 32000 otherwise)\n"
+          "  --layers N, --d-model N, --heads N, --d-ff N   override the preset's sizes\n"
           "  --batch-tokens N     target tokens per batch (sentences = N / length)\n"
           "  --length N           source and target length of every sentence (default 32)\n"
           "  --k N                relative clipping distance (default: the preset's)\n"
@@ -127,7 +129,11 @@ static int parse_args(int argc, char **argv, options *o) {
                 {"--reps", &o->reps, 1, MAX_REPS},
                 {"--profile-reps", &o->profile_reps, 1, MAX_REPS},
                 {"--tuning-reps", &o->tuning_reps, 1, 16},
-                {"--scaling-max", &o->scaling_max, 32, 1 << 14}};
+                {"--scaling-max", &o->scaling_max, 32, 1 << 14},
+                {"--layers", &o->layers, 1, 64},
+                {"--d-model", &o->d_model, 8, 1 << 14},
+                {"--heads", &o->heads, 1, 256},
+                {"--d-ff", &o->d_ff, 8, 1 << 16}};
     bool done = false;
     for (size_t j = 0; j < sizeof ints / sizeof *ints && !done; j++)
       if (strcmp(a, ints[j].flag) == 0) {
@@ -275,6 +281,10 @@ static void choose_setup(relcl_context *ctx, const options *o, setup *s) {
     if (!o->vocab) s->cfg.vocab = 500;
   }
   if (o->k >= 0) s->cfg.max_rel = o->k;
+  if (o->layers) s->cfg.enc_layers = s->cfg.dec_layers = o->layers;
+  if (o->d_model) s->cfg.d_model = o->d_model;
+  if (o->heads) s->cfg.heads = o->heads;
+  if (o->d_ff) s->cfg.d_ff = o->d_ff;
   int len = o->length ? o->length : o->quick ? 16 : 32;
   int tokens = o->batch_tokens ? o->batch_tokens : o->quick ? 256 : s->gpu ? 4096 : 512;
   s->sentences = tokens / len > 0 ? tokens / len : 1;

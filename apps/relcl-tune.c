@@ -53,17 +53,23 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: " PROG " [--device SPEC] [--quick] [--budget SECONDS] [--output FILE]\n"
           "       [--xgemm-shapes LIST] [--direct-shapes LIST] [--routine-shapes LIST]\n"
-          "       [--if-needed]\n"
+          "       [--if-needed] [--step-check full|quick|off]\n"
           "Runs CLBlast's SGEMM tuners on one device (clblast_tuner_xgemm for the indirect\n"
           "kernel, clblast_tuner_xgemm_direct for the direct one, clblast_tuner_routine_xgemm\n"
           "for the size at which to switch between them) at the GEMM shapes relcl runs, and\n"
-          "writes the best parameters as a relcl tuning file. Default output: the cache\n"
+          "writes the best parameters as a relcl tuning file. The tuners time each product\n"
+          "alone, so their result, the tuning that applied before and CLBlast's defaults are\n"
+          "then timed on relcl's own training step (relcl-bench --tuning-child, in turn) and\n"
+          "the fastest is written. Default output: the cache\n"
           "directory's tuning/ folder ($RELCL_CACHE_DIR, else $XDG_CACHE_HOME/relcl or\n"
           "~/.cache/relcl), where every relcl context on this device finds it.\n"
           "  --budget S     wall-clock time for the whole search (default 900; --quick: 240)\n"
           "  --quick        fewer shapes and one timing run per configuration\n"
           "  --*-shapes     comma-separated MxNxK products (Xgemm: multiples of 128)\n"
           "  --if-needed    do nothing when tuning measured on this device already applies\n"
+          "  --step-check   time the candidates on the tiny preset's step (full, default),\n"
+          "                 on a 1+1-layer model (quick), or not at all (off: the tuners' result)\n"
+          "  --bench PATH   the relcl-bench to time steps with (default: next to relcl-tune)\n"
           "Defaults: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n"
           "With --quick: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n",
           default_xgemm, default_direct, default_routine, quick_xgemm, quick_direct,
@@ -414,6 +420,160 @@ static void remove_dir(const char *dir) {
   if (system(cmd) != 0) fprintf(stderr, PROG ": could not remove %s\n", dir);
 }
 
+/* ---- the step check: candidates timed on relcl's own training step ---- */
+
+/* A set of parameters to time: this search's result, what applied before it, or CLBlast's
+ * defaults (kernels NULL). */
+typedef struct candidate {
+  char name[300];
+  char *kernels;  /* JSON text of a tuning file's "kernels" object, or NULL */
+  char file[4300]; /* the tuning file written for it; "off" for CLBlast's defaults */
+  double best;    /* fastest median seconds per step over the rounds; 0: no run succeeded */
+  double sec[4];
+  int n;
+} candidate;
+
+/* relcl-bench, next to this program (the build tree's apps/ or the install's bindir) */
+static bool find_bench(char *path, size_t size) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return false;
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash == NULL) return false;
+  *slash = '\0';
+  snprintf(path, size, "%s/relcl-bench", self);
+  return access(path, X_OK) == 0;
+}
+
+/* One run of `relcl-bench --tuning-child` with RELCL_TUNING=tuning: a training step of a
+ * small relative model (warm-up, then the median of three), its seconds per step in *sec.
+ * 0, or nonzero with the reason in err. */
+static int time_step(const char *bench, const char *spec, const char *tuning, bool quick,
+                     double seconds, double *sec, char *err, size_t err_size) {
+  int fds[2];
+  err[0] = '\0';
+  if (pipe(fds) != 0) {
+    snprintf(err, err_size, "pipe: %s", strerror(errno));
+    return 1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(err, err_size, "fork: %s", strerror(errno));
+    close(fds[0]);
+    close(fds[1]);
+    return 1;
+  }
+  if (pid == 0) {
+    if (dup2(fds[1], 1) < 0) _exit(127);
+    close(fds[0]);
+    setenv("RELCL_TUNING", tuning, 1);
+    const char *args[] = {bench, "--tuning-child", "--device", spec, "--reps", "3",
+                          quick ? "--quick" : NULL, NULL};
+    execv(bench, (char *const *)args);
+    _exit(127);
+  }
+  close(fds[1]);
+  double deadline = now() + seconds;
+  char buf[2048];
+  size_t have = 0;
+  bool killed = false;
+  for (;;) {
+    double left = deadline - now();
+    if (left <= 0 && !killed) {
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+    struct pollfd pf = {fds[0], POLLIN, 0};
+    int pr = poll(&pf, 1, killed ? 2000 : (int)(left * 1000) + 1);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) continue;
+    ssize_t got = read(fds[0], buf + have, sizeof buf - 1 - have);
+    if (got <= 0) break;
+    have += (size_t)got;
+    if (have == sizeof buf - 1) break;
+  }
+  buf[have] = '\0';
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (killed) {
+    snprintf(err, err_size, "no result within %.0f s", seconds);
+    return 1;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    snprintf(err, err_size, "%s --tuning-child failed (%s %d)", bench,
+             WIFEXITED(status) ? "exit status" : "killed by signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    return 1;
+  }
+  cJSON *root = cJSON_Parse(buf);
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "seconds_per_step");
+  int rc = cJSON_IsNumber(s) && s->valuedouble > 0 ? 0 : 1;
+  if (rc == 0)
+    *sec = s->valuedouble;
+  else
+    snprintf(err, err_size, "%s --tuning-child printed no step time", bench);
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* A tuning file for this device holding one candidate's kernels. */
+static bool write_candidate(const char *path, const cJSON *head, const char *kernels) {
+  cJSON *root = cJSON_Duplicate(head, true);
+  cJSON *k = cJSON_Parse(kernels);
+  char *text = NULL;
+  bool ok = root && k && cJSON_AddItemToObject(root, "kernels", k) &&
+            (text = cJSON_PrintUnformatted(root)) != NULL;
+  if (!ok) cJSON_Delete(k);
+  FILE *f = ok ? fopen(path, "w") : NULL;
+  ok = f && fputs(text, f) >= 0;
+  if (f && fclose(f) != 0) ok = false;
+  free(text);
+  cJSON_Delete(root);
+  return ok;
+}
+
+/* Time every candidate on relcl's training step, in interleaved rounds (so that a change in
+ * the machine's load hits all alike), print the table and return the fastest one's index,
+ * or -1 when no run succeeded. */
+static int step_check(candidate *c, int nc, const char *bench, const char *spec, bool quick,
+                      int rounds, double seconds, cJSON *out) {
+  printf("  timing relcl's training step (%s, %d round%s) with each candidate:\n",
+         quick ? "relcl-bench --tuning-child --quick" : "relcl-bench --tuning-child",
+         rounds, rounds == 1 ? "" : "s");
+  fflush(stdout);
+  double t0 = now();
+  for (int r = 0; r < rounds; r++)
+    for (int i = 0; i < nc; i++) {
+      /* an equal share of what is left, but enough for one compile and a few steps even
+       * when the budget is spent: a run that cannot finish times nothing */
+      int runs_left = (rounds - r) * nc - i;
+      double share = (seconds - (now() - t0)) / runs_left, sec = 0;
+      char err[512];
+      if (time_step(bench, spec, c[i].file, quick, share > 300 ? share : 300, &sec, err,
+                    sizeof err) == 0) {
+        c[i].sec[c[i].n++] = sec;
+        if (c[i].best == 0 || sec < c[i].best) c[i].best = sec;
+      } else {
+        printf("    %s: %s\n", c[i].name, err);
+      }
+    }
+  int win = -1;
+  cJSON *arr = cJSON_AddArrayToObject(out, "candidates");
+  for (int i = 0; i < nc; i++) {
+    printf("    %-60.60s", c[i].name);
+    for (int j = 0; j < c[i].n; j++) printf(" %8.3f", c[i].sec[j]);
+    printf(c[i].n ? " s/step\n" : " no run\n");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", c[i].name);
+    cJSON_AddItemToObject(e, "seconds_per_step", cJSON_CreateDoubleArray(c[i].sec, c[i].n));
+    cJSON_AddItemToArray(arr, e);
+    if (c[i].best > 0 && (win < 0 || c[i].best < c[win].best)) win = i;
+  }
+  return win;
+}
+
 int main(int argc, char **argv) {
   static const struct option long_opts[] = {
       {"device", required_argument, NULL, 'd'},
@@ -424,12 +584,15 @@ int main(int argc, char **argv) {
       {"routine-shapes", required_argument, NULL, 'r'},
       {"quick", no_argument, NULL, 'q'},
       {"if-needed", no_argument, NULL, 'i'},
+      {"step-check", required_argument, NULL, 's'},
+      {"bench", required_argument, NULL, 'B'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   const char *device = getenv("RELCL_DEVICE"), *output = NULL, *budget_arg = NULL;
   const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
   bool quick = false, if_needed = false;
+  const char *step_arg = "full", *bench_arg = NULL;
   int c;
   opterr = 0; /* our own one-line messages */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -451,6 +614,8 @@ int main(int argc, char **argv) {
     if (c == 'r') routine_arg = optarg;
     if (c == 'q') quick = true;
     if (c == 'i') if_needed = true;
+    if (c == 's') step_arg = optarg;
+    if (c == 'B') bench_arg = optarg;
   }
   if (optind < argc) {
     fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
@@ -465,6 +630,27 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (strcmp(step_arg, "full") && strcmp(step_arg, "quick") && strcmp(step_arg, "off")) {
+    fprintf(stderr, PROG ": --step-check %s: give full, quick or off\n", step_arg);
+    return 2;
+  }
+  bool step = strcmp(step_arg, "off") != 0;
+  char bench[4200] = "";
+  if (bench_arg) {
+    snprintf(bench, sizeof bench, "%s", bench_arg);
+    if (access(bench, X_OK) != 0) {
+      fprintf(stderr, PROG ": --bench %s: not an executable file\n", bench_arg);
+      return 2;
+    }
+  } else if (step && !find_bench(bench, sizeof bench)) {
+    printf("relcl-bench is not next to relcl-tune (%s): the candidates cannot be timed on a "
+           "training step; the tuners' result is kept as it is\n",
+           bench[0] ? bench : "/proc/self/exe unreadable");
+    step = false;
+  }
+  /* the tuners get 60% of the budget, the step check the rest (each of its runs may take
+   * longer: on a CPU most of a run is compiling CLBlast's kernels for its parameters) */
+  double tune_budget = step ? budget * 0.6 : budget;
   shape xs[MAX_SHAPES], ds[MAX_SHAPES], rs[MAX_SHAPES];
   int nx, nd, nr;
   if (!parse_shapes("--xgemm-shapes", xgemm_arg ? xgemm_arg : quick ? quick_xgemm : default_xgemm,
@@ -512,6 +698,14 @@ int main(int argc, char **argv) {
                           : type & CL_DEVICE_TYPE_CPU         ? "CPU"
                           : type & CL_DEVICE_TYPE_ACCELERATOR ? "ACCELERATOR"
                                                               : "OTHER";
+  /* what applies now (another device's file, or an older one of this device's) is a
+   * candidate of the step check: the tuners' result must beat it to replace it */
+  const char *bk = relcl_context_tuning_kernels(ctx);
+  char *before_kernels = bk ? strdup(bk) : NULL;
+  char before_name[300];
+  snprintf(before_name, sizeof before_name, "in force before: %.200s", relcl_context_tuning(ctx));
+  char *cut = strstr(before_name, ": none measured");
+  if (cut) *cut = '\0';
   relcl_context_destroy(ctx);
 
   char path[4096];
@@ -577,7 +771,7 @@ int main(int argc, char **argv) {
       const char *args[] = {tuner[t], "-platform", pl,  "-device", dv, "-precision", "32",
                             "-m",     m,           "-n", n,        "-k", k,         "-fraction",
                             "4",      "-runs",     quick ? "1" : "2", NULL};
-      double seconds = budget * share[t] / n_shapes[t];
+      double seconds = tune_budget * share[t] / n_shapes[t];
       double t0 = now();
       int before = found[t].n;
       char err[512];
@@ -632,7 +826,7 @@ int main(int argc, char **argv) {
     /* the first call compiles CLBlast's programs with the tuned parameters (most of its
      * time on a CPU; later calls find them in the OpenCL compiler's cache): each call may
      * take what is left */
-    double seconds = budget - (now() - t_start);
+    double seconds = tune_budget - (now() - t_start);
     if (seconds < 5) break;
     double t0 = now();
     char err[512];
@@ -684,11 +878,53 @@ int main(int argc, char **argv) {
   cJSON_AddStringToObject(root, "platform", pname);
   cJSON_AddStringToObject(root, "device_type", type_name);
   cJSON_AddStringToObject(root, "platform_version", pversion);
+  cJSON_AddItemToObject(root, "measured", measured);
+  if (step) {
+    /* the tuners time each product alone; what counts is relcl's step, with its
+     * transposes, odd sizes and the switch between the direct and indirect kernels */
+    candidate cand[3];
+    int nc = 0;
+    memset(cand, 0, sizeof cand);
+    snprintf(cand[nc].name, sizeof cand[nc].name, "this search (CLBlast's tuners)");
+    cand[nc++].kernels = cJSON_PrintUnformatted(kernels);
+    if (before_kernels && strcmp(before_kernels, cand[0].kernels ? cand[0].kernels : "")) {
+      snprintf(cand[nc].name, sizeof cand[nc].name, "%s", before_name);
+      cand[nc++].kernels = strdup(before_kernels);
+    }
+    snprintf(cand[nc].name, sizeof cand[nc].name, "CLBlast's defaults");
+    snprintf(cand[nc++].file, sizeof cand[0].file, "off");
+    bool ok = true;
+    for (int i = 0; i < nc && ok; i++)
+      if (cand[i].kernels) {
+        snprintf(cand[i].file, sizeof cand[i].file, "%s/candidate-%d.json", tmp, i);
+        ok = write_candidate(cand[i].file, root, cand[i].kernels);
+      }
+    double left = budget - (now() - t_start);
+    cJSON *sc = cJSON_CreateObject();
+    int win = -1;
+    if (!ok)
+      printf("  cannot write the candidates' files in %s: the tuners' result is kept\n", tmp);
+    else
+      win = step_check(cand, nc, bench, spec, !strcmp(step_arg, "quick"), quick ? 1 : 2,
+                       left, sc);
+    if (win >= 0) {
+      printf("  fastest: %s\n", cand[win].name);
+      cJSON_AddStringToObject(sc, "chosen", cand[win].name);
+      if (win != 0) { /* keep the tuners' parameters beside the winner's, for reference */
+        cJSON_AddItemToObject(root, "tuners_kernels", kernels);
+        kernels = cand[win].kernels ? cJSON_Parse(cand[win].kernels) : cJSON_CreateObject();
+      }
+    } else if (ok) {
+      printf("  no candidate could be timed: the tuners' result is kept\n");
+    }
+    cJSON_AddItemToObject(root, "step_check", sc);
+    for (int i = 0; i < nc; i++) free(cand[i].kernels);
+  }
+  free(before_kernels);
   char note[512];
   snprintf(note, sizeof note, "made by relcl-tune%s in %.0f s (budget %.0f s)",
            quick ? " --quick" : "", now() - t_start, budget);
   cJSON_AddStringToObject(root, "note", note);
-  cJSON_AddItemToObject(root, "measured", measured);
   cJSON_AddItemToObject(root, "kernels", kernels);
   char *text = cJSON_Print(root);
   char part[4200];

@@ -106,6 +106,10 @@ typedef enum relcl_tuning_fit {
   RELCL_TUNING_EXACT = 2,   /* measured on this device name and driver version */
 } relcl_tuning_fit;
 relcl_tuning_fit relcl_context_tuning_fit(const relcl_context *ctx);
+/* The applied parameters as JSON text, the "kernels" object of the tuning file
+ * ({"Xgemm": {"MWG": 64, ...}, ...}), or NULL when CLBlast's defaults apply. Owned by the
+ * context. */
+const char *relcl_context_tuning_kernels(const relcl_context *ctx);
 /* Wait until every enqueued command has finished. */
 relcl_status relcl_finish(relcl_context *ctx);
 

@@ -1,4 +1,5 @@
-/* Row kernels of relation-aware attention: one work-group per query row.
+/* Row kernels of relation-aware attention: one work-group or one work-item per query row
+ * (common.cl's two shapes); `rows` = B H nq.
  *
  * Per row (bh, i), bh = b*H + h, row = bh*nq + i, query position pq = q_pos0 + i:
  *   S, D, A   (rows, nk)  logits, weights or their gradients
@@ -25,6 +26,29 @@ inline int relcl_masked(int j, int pq, int len, int flags) {
   return j >= len || ((flags & RELCL_CAUSAL) && j > pq);
 }
 
+/* Dropout decisions of row `row`'s keys (element row nk + j). The item shape walks j in order
+ * and takes them eight at a time from relcl_keep8 (vector integer arithmetic); the group
+ * shape, one key a lane. Start with kc.j0 = -8 (nothing held). */
+typedef struct relcl_keeps {
+  int j0; /* keep[0] is key j0's */
+  int keep[8];
+} relcl_keeps;
+
+inline int relcl_row_keep(relcl_keeps *kc, int row, int nk, int j, uint stream_lo,
+                          uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
+  const ulong index = (ulong)row * (ulong)nk + (ulong)j;
+#ifdef RELCL_ROW_ITEM
+  if (j < kc->j0 || j >= kc->j0 + 8) {
+    kc->j0 = j;
+    relcl_keep8(kc->keep, index, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+  }
+  return kc->keep[j - kc->j0];
+#else
+  (void)kc;
+  return relcl_keep(index, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+#endif
+}
+
 /* Label sums, part one: key j's value v goes straight into its interior label, or into the
  * running sums of the two edge labels. */
 inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, int R, float v,
@@ -38,13 +62,13 @@ inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, 
     bk[r - rlo] = v;
 }
 
-/* Part two (every work-item calls it): the edge sums, and zeros for interior labels whose
- * key lies outside 0..nk-1. */
+/* Part two (every lane of the row calls it): the edge sums, and zeros for interior labels
+ * whose key lies outside 0..nk-1. */
 inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int rlo, int R,
                                 float left, float right, __local float *red) {
-  left = relcl_wg_sum(red, left);
-  right = relcl_wg_sum(red, right);
-  for (int c = get_local_id(0); c < R; c += get_local_size(0)) {
+  left = relcl_row_sum(red, left);
+  right = relcl_row_sum(red, right);
+  for (int c = RELCL_ROW_LANE(); c < R; c += RELCL_ROW_LANES()) {
     const int r = c + rlo;
     if (r == 0) {
       bk[c] = left;
@@ -61,12 +85,13 @@ inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int r
  * alpha to probs, alpha' = dropout(alpha) over S, and the label sums of alpha' to Bk. */
 __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float *P, uint p_off,
                             __global float *probs, uint probs_off, __global float *Bk,
-                            uint b_off, __global const int *key_len, uint kl_off, int H,
-                            int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
+                            uint b_off, __global const int *key_len, uint kl_off, int rows,
+                            int H, int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
                             float scale, uint drop_threshold, float drop_scale, uint seed_lo,
                             uint seed_hi, uint stream_lo, uint stream_hi,
                             __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   const int bh = row / nq, i = row - bh * nq; /* not row % nq: see oclgrind note above */
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
@@ -84,22 +109,28 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
     s[j] = e;
     mx = fmax(mx, e);
   }
-  mx = relcl_wg_max(red, mx);
+  mx = relcl_row_max(red, mx);
 
   float sum = 0.0f;
-  for (int j = lid; j < nk; j += wg)
-    if (!relcl_masked(j, pq, len, flags)) sum += exp(s[j] - mx);
-  sum = relcl_wg_sum(red, sum);
+  for (int j = lid; j < nk; j += wg) /* each lane keeps its own j: s[j] = exp(.) is its own */
+    if (!relcl_masked(j, pq, len, flags)) {
+      const float e = exp(s[j] - mx);
+      s[j] = e;
+      sum += e;
+    }
+  sum = relcl_row_sum(red, sum);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
 
   float left = 0.0f, right = 0.0f;
+  relcl_keeps kc;
+  kc.j0 = -8;
   for (int j = lid; j < nk; j += wg) {
-    const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : exp(s[j] - mx) * inv;
+    const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : s[j] * inv;
     a[j] = alpha;
     float ad = alpha;
     if (flags & RELCL_DROPOUT)
-      ad = relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
-                      drop_threshold)
+      ad = relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
+                          drop_threshold)
                ? alpha * drop_scale
                : 0.0f;
     s[j] = ad;
@@ -112,21 +143,24 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
  * label sums into Bk (with RELCL_BUCKET). */
 __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __global float *A,
                              uint a_off, __global float *Bk, uint b_off,
-                             __global const int *key_len, uint kl_off, int H, int nq, int nk,
-                             int k, int rlo, int R, int q_pos0, int flags, uint drop_threshold,
-                             float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
-                             uint stream_hi, __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+                             __global const int *key_len, uint kl_off, int rows, int H, int nq,
+                             int nk, int k, int rlo, int R, int q_pos0, int flags,
+                             uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
+                             uint stream_lo, uint stream_hi, __local float *red) {
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   const int pq = q_pos0 + row - (row / nq) * nq;
   __global const float *a = probs + probs_off + (size_t)row * nk;
   __global float *ad_out = A + a_off + (size_t)row * nk;
   __global float *bk = Bk + b_off + (size_t)row * R;
   float left = 0.0f, right = 0.0f;
+  relcl_keeps kc;
+  kc.j0 = -8;
   for (int j = lid; j < nk; j += wg) {
     float ad = a[j];
     if (flags & RELCL_DROPOUT)
-      ad = relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
-                      drop_threshold)
+      ad = relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
+                          drop_threshold)
                ? ad * drop_scale
                : 0.0f;
     if (flags & RELCL_WRITE_A) ad_out[j] = ad;
@@ -141,11 +175,13 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
  * label sums of de into Cb. */
 __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float *G, uint g_off,
                             __global const float *probs, uint probs_off, __global float *Cb,
-                            uint c_off, __global const int *key_len, uint kl_off, int H, int nq,
-                            int nk, int k, int rlo, int R, int q_pos0, int flags, float scale,
+                            uint c_off, __global const int *key_len, uint kl_off, int rows,
+                            int H, int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
+                            float scale,
                             uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
                             uint stream_lo, uint stream_hi, __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   const int bh = row / nq, i = row - bh * nq; /* not row % nq: see oclgrind note above */
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
@@ -155,14 +191,15 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   __global float *cb = Cb + c_off + (size_t)row * R;
 
   float dot = 0.0f;
+  relcl_keeps kc;
+  kc.j0 = -8;
   for (int j = lid; j < nk; j += wg) {
     float da = 0.0f;
     if (!relcl_masked(j, pq, len, flags)) {
       da = dd[j];
       if (flags & RELCL_GATHER) da += g[relcl_label(j, pq, k) - rlo];
-      if ((flags & RELCL_DROPOUT) &&
-          !relcl_keep((ulong)row * (ulong)nk + (ulong)j, stream_lo, stream_hi, seed_lo, seed_hi,
-                      drop_threshold))
+      if ((flags & RELCL_DROPOUT) && !relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi,
+                                                     seed_lo, seed_hi, drop_threshold))
         da = 0.0f;
       else if (flags & RELCL_DROPOUT)
         da *= drop_scale;
@@ -170,7 +207,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
     dd[j] = da;
     dot += a[j] * da;
   }
-  dot = relcl_wg_sum(red, dot);
+  dot = relcl_row_sum(red, dot);
 
   float left = 0.0f, right = 0.0f;
   for (int j = lid; j < nk; j += wg) {

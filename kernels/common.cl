@@ -1,5 +1,5 @@
-/* Shared by every relcl program (prepended at build time): the counter-based RNG and
- * work-group reductions. OpenCL C 1.2, no extensions. */
+/* Shared by every relcl program (prepended at build time): the counter-based RNG,
+ * work-group reductions and the two shapes of the row kernels. OpenCL C 1.2, no extensions. */
 
 /* Philox4x32-10 (Salmon et al., SC'11): the same integer arithmetic on every device, so a
  * dropout mask depends only on (seed, stream, index). Written on four scalars with the high
@@ -25,6 +25,31 @@ inline int relcl_keep(ulong index, uint stream_lo, uint stream_hi, uint seed_lo,
                       uint threshold) {
   uint4 c = (uint4)((uint)index, (uint)(index >> 32), stream_lo, stream_hi);
   return relcl_philox4x32_10(c, seed_lo, seed_hi).x >= threshold;
+}
+
+/* Eight consecutive elements index0 .. index0+7 at once: relcl_keep's decisions, bit for bit
+ * (the same integer arithmetic, one element a lane), into keep[0..7]; for the item shape of
+ * the row kernels, where one work-item walks a row's elements in order. */
+inline void relcl_keep8(int *keep, ulong index0, uint stream_lo, uint stream_hi, uint seed_lo,
+                        uint seed_hi, uint threshold) {
+  /* the counters' low words, and their high words with the carry (a true lane compares as
+   * all ones: minus it adds one); no ulong8, whose calls AVX2 PoCL warns about */
+  const uint lo = (uint)index0;
+  uint8 c0 = (uint8)(lo) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);
+  uint8 c1 = (uint8)((uint)(index0 >> 32)) - as_uint8(c0 < (uint8)(lo));
+  uint8 c2 = (uint8)(stream_lo), c3 = (uint8)(stream_hi);
+  uint k0 = seed_lo, k1 = seed_hi;
+  for (int round = 0; round < 10; round++) {
+    const uint8 hi0 = mul_hi((uint8)(0xD2511F53u), c0), lo0 = (uint8)(0xD2511F53u) * c0;
+    const uint8 hi1 = mul_hi((uint8)(0xCD9E8D57u), c2), lo1 = (uint8)(0xCD9E8D57u) * c2;
+    c0 = hi1 ^ c1 ^ (uint8)(k0);
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ (uint8)(k1);
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  vstore8(convert_int8(c0 >= (uint8)(threshold)) & (int8)(1), 0, keep);
 }
 
 /* Tree reductions over a power-of-two work-group, in a fixed order: the result does not
@@ -54,3 +79,59 @@ inline float relcl_wg_max(__local float *red, float v) {
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 }
+
+/* The row kernels (attention.cl, layers.cl's layer norm, loss.cl) come in two shapes, chosen
+ * per context (lib/runtime/context.c) by building with or without -DRELCL_ROW_ITEM:
+ *  - group (GPUs): one power-of-two work-group per row, its work-items striding over the
+ *    row's columns, sums in the trees above;
+ *  - item (CPUs): one work-item per row, a loop over the columns in order, no barrier and
+ *    no local memory; where the work is arithmetic (layer norm, cross-entropy) the loop takes
+ *    vectors of RELCL_COL_VEC columns and the sums run in as many lanes (relcl_lanes_sum).
+ *    PoCL runs a work-group as loops cut at each barrier, so the trees cost more there than
+ *    the row's arithmetic.
+ * A kernel reads its row and its lane (lid of wg lanes over the row) from these, returns
+ * when RELCL_ROW_PAST (item: the global size is rounded up to whole groups), and reduces with
+ * relcl_row_sum / _max, which are the trees or nothing (one lane holds the whole sum). The
+ * order of a sum is fixed in both shapes, but differs between them. */
+#ifdef RELCL_ROW_ITEM
+#define RELCL_ROW_ID() ((int)get_global_id(0))
+#define RELCL_ROW_LANE() 0
+#define RELCL_ROW_LANES() 1
+#define RELCL_ROW_PAST(row, rows) ((row) >= (rows))
+#define RELCL_ROW_BARRIER_GLOBAL() ((void)0)
+inline float relcl_row_sum(__local float *red, float v) { return v; }
+inline float relcl_row_max(__local float *red, float v) { return v; }
+/* floatN, vloadN, vstoreN for N = RELCL_COL_VEC (flags.h) */
+#define RELCL_PASTE_(a, b) a##b
+#define RELCL_PASTE(a, b) RELCL_PASTE_(a, b)
+#define RELCL_COL_VECTOR RELCL_PASTE(float, RELCL_COL_VEC)
+#define RELCL_COL_VLOAD RELCL_PASTE(vload, RELCL_COL_VEC)
+#define RELCL_COL_VSTORE RELCL_PASTE(vstore, RELCL_COL_VEC)
+/* Sums over a row in the item shape go in RELCL_COL_VEC lanes (lane l takes the columns
+ * c = l mod RELCL_COL_VEC of the whole vectors), then these add the lanes in order, then
+ * the kernel adds the tail past the last whole vector in order. */
+inline float relcl_lanes_sum(RELCL_COL_VECTOR v) {
+  float l[RELCL_COL_VEC];
+  RELCL_COL_VSTORE(v, 0, l);
+  float s = l[0];
+  for (int i = 1; i < RELCL_COL_VEC; i++) s += l[i];
+  return s;
+}
+inline float relcl_lanes_max(RELCL_COL_VECTOR v) {
+  float l[RELCL_COL_VEC];
+  RELCL_COL_VSTORE(v, 0, l);
+  float m = l[0];
+  for (int i = 1; i < RELCL_COL_VEC; i++) m = fmax(m, l[i]);
+  return m;
+}
+#else
+#define RELCL_ROW_ID() ((int)get_group_id(0))
+#define RELCL_ROW_LANE() ((int)get_local_id(0))
+#define RELCL_ROW_LANES() ((int)get_local_size(0))
+/* the host launches exactly `rows` groups; and with a `return` before the barriers, even one
+ * that whole groups take, PoCL 3.1 computed ln_bwd wrong (test_layers, d = 5) */
+#define RELCL_ROW_PAST(row, rows) 0
+#define RELCL_ROW_BARRIER_GLOBAL() barrier(CLK_GLOBAL_MEM_FENCE)
+inline float relcl_row_sum(__local float *red, float v) { return relcl_wg_sum(red, v); }
+inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(red, v); }
+#endif

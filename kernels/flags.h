@@ -37,5 +37,8 @@
 
 /* Sizes both sides must agree on */
 #define RELCL_TOPK_MAX 32 /* decode.cl row_topk: candidates a row at most (its arrays) */
+/* layers.cl colsum_partial, ln_param_partial in the item shape (common.cl): adjacent columns
+ * one work-item sums as one vector (an OpenCL vector width: 2, 4, 8 or 16) */
+#define RELCL_COL_VEC 8
 
 #endif

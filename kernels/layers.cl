@@ -2,9 +2,9 @@
  * layer norm, embedding lookup and its gradient, dropout, element-wise ops, head split and
  * merge, and fixed-order column sums (bias and gain gradients).
  *
- * Shapes: row-major (rows, d); every buffer comes with an element offset (uint). Kernels with
- * a reduction use one work-group per row (power-of-two size) and common.cl's fixed-order tree;
- * the others guard their global ids, which the host rounds up to the work-group size.
+ * Shapes: row-major (rows, d); every buffer comes with an element offset (uint). Layer norm
+ * runs in common.cl's row shapes (a work-group or a work-item per row); the others guard their
+ * global ids, which the host rounds up to the work-group size.
  * Contraction of a*b+c into fma is off so that the host reference can reproduce sums
  * bit for bit (the embedding gradient test relies on it).
  */
@@ -12,25 +12,53 @@
 
 /* flags: RELCL_ACCUMULATE, _RESIDUAL, _DROP, _RELU (kernels/flags.h) */
 
-/* ---- layer norm: one work-group per row ---- */
+/* ---- layer norm: a work-group or a work-item per row (common.cl) ---- */
 
 __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *gain,
                      uint g_off, __global const float *bias, uint b_off, __global float *y,
                      uint y_off, __global float *mean, uint m_off, __global float *rstd,
-                     uint r_off, int d, float eps, __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+                     uint r_off, int rows, int d, float eps, __local float *red) {
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * d;
   __global float *yr = y + y_off + (size_t)row * d;
+#ifdef RELCL_ROW_ITEM
+  /* the item shape: whole vectors of the row, then its tail (common.cl) */
+  const int vend = d - d % RELCL_COL_VEC;
+  RELCL_COL_VECTOR s8 = 0.0f, v8 = 0.0f;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) s8 += RELCL_COL_VLOAD(0, xr + c);
+  float s = relcl_lanes_sum(s8);
+  for (int c = vend; c < d; c++) s += xr[c];
+  const float mu = s / (float)d;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR t = RELCL_COL_VLOAD(0, xr + c) - mu;
+    v8 += t * t;
+  }
+  float v = relcl_lanes_sum(v8);
+  for (int c = vend; c < d; c++) {
+    const float t = xr[c] - mu;
+    v += t * t;
+  }
+  const float rs = 1.0f / sqrt(v / (float)d + eps);
+  for (int c = 0; c < vend; c += RELCL_COL_VEC)
+    RELCL_COL_VSTORE((RELCL_COL_VLOAD(0, xr + c) - mu) * rs *
+                             RELCL_COL_VLOAD(0, gain + g_off + c) +
+                         RELCL_COL_VLOAD(0, bias + b_off + c),
+                     0, yr + c);
+  const int c0 = vend, step = 1;
+#else
   float s = 0.0f;
   for (int c = lid; c < d; c += wg) s += xr[c];
-  const float mu = relcl_wg_sum(red, s) / (float)d;
+  const float mu = relcl_row_sum(red, s) / (float)d;
   float v = 0.0f;
   for (int c = lid; c < d; c += wg) {
     const float t = xr[c] - mu;
     v += t * t;
   }
-  const float rs = 1.0f / sqrt(relcl_wg_sum(red, v) / (float)d + eps);
-  for (int c = lid; c < d; c += wg)
+  const float rs = 1.0f / sqrt(relcl_row_sum(red, v) / (float)d + eps);
+  const int c0 = lid, step = wg;
+#endif
+  for (int c = c0; c < d; c += step) /* item shape: the tail */
     yr[c] = (xr[c] - mu) * rs * gain[g_off + c] + bias[b_off + c];
   if (lid == 0) {
     mean[m_off + row] = mu;
@@ -41,57 +69,128 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
 __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *gain,
                      uint g_off, __global const float *mean, uint m_off,
                      __global const float *rstd, uint r_off, __global const float *dy,
-                     uint dy_off, __global float *dx, uint dx_off, int d, int flags,
+                     uint dy_off, __global float *dx, uint dx_off, int rows, int d, int flags,
                      __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * d;
   __global const float *dyr = dy + dy_off + (size_t)row * d;
   __global float *dxr = dx + dx_off + (size_t)row * d;
   const float mu = mean[m_off + row], rs = rstd[r_off + row];
+#ifdef RELCL_ROW_ITEM
+  /* the item shape: whole vectors of the row, then its tail (common.cl) */
+  const int vend = d - d % RELCL_COL_VEC;
+  RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + g_off + c);
+    a8 += g;
+    b8 += g * ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs);
+  }
+  float s1 = relcl_lanes_sum(a8), s2 = relcl_lanes_sum(b8);
+  for (int c = vend; c < d; c++) {
+    const float g = dyr[c] * gain[g_off + c];
+    s1 += g;
+    s2 += g * ((xr[c] - mu) * rs);
+  }
+  s1 /= (float)d;
+  s2 /= (float)d;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + g_off + c);
+    RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
+    if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
+    RELCL_COL_VSTORE(v, 0, dxr + c);
+  }
+  const int c0 = vend, step = 1;
+#else
   float s1 = 0.0f, s2 = 0.0f;
   for (int c = lid; c < d; c += wg) {
     const float g = dyr[c] * gain[g_off + c];
     s1 += g;
     s2 += g * ((xr[c] - mu) * rs);
   }
-  s1 = relcl_wg_sum(red, s1) / (float)d;
-  s2 = relcl_wg_sum(red, s2) / (float)d;
-  for (int c = lid; c < d; c += wg) {
+  s1 = relcl_row_sum(red, s1) / (float)d;
+  s2 = relcl_row_sum(red, s2) / (float)d;
+  const int c0 = lid, step = wg;
+#endif
+  for (int c = c0; c < d; c += step) { /* item shape: the tail */
     const float g = dyr[c] * gain[g_off + c];
     const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
     dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
   }
 }
 
-/* Partial sums of dy * xhat and dy over a chunk of rows: global (d, chunks). */
+/* Column sums over chunks of rows, each column's rows in order. Group shape: one work-item
+ * per column, global (cols, chunks). Item shape (CPUs): RELCL_COL_VEC adjacent columns per
+ * work-item as one vector, global (ceil(cols / RELCL_COL_VEC), chunks): the same sums in the
+ * same order, so both shapes give the same bits, but one vector add does the work of
+ * RELCL_COL_VEC dependent scalar adds. Columns past the last whole vector go one by one. */
+#ifdef RELCL_ROW_ITEM
+#define RELCL_COL_FIRST() ((int)get_global_id(0) * RELCL_COL_VEC)
+#else
+#define RELCL_COL_FIRST() ((int)get_global_id(0))
+#endif
+
+/* Partial sums of dy * xhat and dy over a chunk of rows: part (2, chunks, d). */
 __kernel void ln_param_partial(__global const float *x, uint x_off, __global const float *mean,
                                uint m_off, __global const float *rstd, uint r_off,
                                __global const float *dy, uint dy_off, __global float *part,
                                int rows, int d, int chunk) {
-  const int c = get_global_id(0), ch = get_global_id(1), chunks = get_global_size(1);
-  if (c >= d) return;
-  const int r1 = min(rows, (ch + 1) * chunk);
-  float sg = 0.0f, sb = 0.0f;
-  for (int r = ch * chunk; r < r1; r++) {
-    const float g = dy[dy_off + (size_t)r * d + c];
-    sg += g * ((x[x_off + (size_t)r * d + c] - mean[m_off + r]) * rstd[r_off + r]);
-    sb += g;
+  const int c0 = RELCL_COL_FIRST(), ch = get_global_id(1), chunks = get_global_size(1);
+  if (c0 >= d) return;
+  const int r0 = ch * chunk, r1 = min(rows, (ch + 1) * chunk);
+#ifdef RELCL_ROW_ITEM
+  if (c0 + RELCL_COL_VEC <= d) {
+    RELCL_COL_VECTOR sg = 0.0f, sb = 0.0f;
+    for (int r = r0; r < r1; r++) {
+      const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dy + dy_off + (size_t)r * d + c0);
+      const RELCL_COL_VECTOR xr = RELCL_COL_VLOAD(0, x + x_off + (size_t)r * d + c0);
+      sg += g * ((xr - mean[m_off + r]) * rstd[r_off + r]);
+      sb += g;
+    }
+    RELCL_COL_VSTORE(sg, 0, part + (size_t)ch * d + c0);
+    RELCL_COL_VSTORE(sb, 0, part + ((size_t)chunks + ch) * d + c0);
+    return;
   }
-  part[(size_t)ch * d + c] = sg;
-  part[((size_t)chunks + ch) * d + c] = sb;
+  for (int c = c0; c < d; c++) {
+#else
+  {
+    const int c = c0;
+#endif
+    float sg = 0.0f, sb = 0.0f;
+    for (int r = r0; r < r1; r++) {
+      const float g = dy[dy_off + (size_t)r * d + c];
+      sg += g * ((x[x_off + (size_t)r * d + c] - mean[m_off + r]) * rstd[r_off + r]);
+      sb += g;
+    }
+    part[(size_t)ch * d + c] = sg;
+    part[((size_t)chunks + ch) * d + c] = sb;
+  }
 }
 
 /* ---- column sums: chunks of rows, then the chunks, both in order ---- */
 
-/* part (chunks, cols): global (cols, chunks). */
+/* part (chunks, cols): global as ln_param_partial's. */
 __kernel void colsum_partial(__global const float *x, uint x_off, int ld,
                              __global float *part, int rows, int cols, int chunk) {
-  const int c = get_global_id(0), ch = get_global_id(1);
-  if (c >= cols) return;
-  const int r1 = min(rows, (ch + 1) * chunk);
-  float s = 0.0f;
-  for (int r = ch * chunk; r < r1; r++) s += x[x_off + (size_t)r * ld + c];
-  part[(size_t)ch * cols + c] = s;
+  const int c0 = RELCL_COL_FIRST(), ch = get_global_id(1);
+  if (c0 >= cols) return;
+  const int r0 = ch * chunk, r1 = min(rows, (ch + 1) * chunk);
+#ifdef RELCL_ROW_ITEM
+  if (c0 + RELCL_COL_VEC <= cols) {
+    RELCL_COL_VECTOR s = 0.0f;
+    for (int r = r0; r < r1; r++) s += RELCL_COL_VLOAD(0, x + x_off + (size_t)r * ld + c0);
+    RELCL_COL_VSTORE(s, 0, part + (size_t)ch * cols + c0);
+    return;
+  }
+  for (int c = c0; c < cols; c++) {
+#else
+  {
+    const int c = c0;
+#endif
+    float s = 0.0f;
+    for (int r = r0; r < r1; r++) s += x[x_off + (size_t)r * ld + c];
+    part[(size_t)ch * cols + c] = s;
+  }
 }
 
 /* y (cols) = or += sum over the chunks of part (chunks, cols) from p_off: global cols. */

@@ -1,18 +1,19 @@
 /* The output side of the model: label-smoothed cross-entropy fused with its gradient, and the
- * row argmax of greedy decoding. One work-group (power of two) per row of logits (rows, V);
- * reductions in common.cl's fixed-order trees. See include/relcl_layers.h for the formulas.
+ * row argmax of greedy decoding. One work-group (power of two) or one work-item per row of
+ * logits (rows, V): common.cl's row shapes. See include/relcl_layers.h for the formulas.
  */
 
 /* flags: RELCL_WRITE_GRAD (kernels/flags.h) */
 
-/* losses (rows, 2): (label-smoothed loss, nll). dz may be z (in place): every work-item reads
- * z[t], then a global-memory barrier (the reductions' barriers fence only local memory) before
- * any entry is overwritten; every other entry is read and written by one work-item. */
+/* losses (rows, 2): (label-smoothed loss, nll). dz may be z (in place): every lane reads
+ * z[t], then (group shape) a global-memory barrier (the reductions' barriers fence only local
+ * memory) before any entry is overwritten; every other entry is read and written by one lane. */
 __kernel void xent_rows(__global const float *z, uint z_off, __global const int *targets,
                         uint t_off, __global float *dz, uint dz_off, __global float *losses,
-                        uint l_off, int V, float eps, int ignore_id, float grad_scale, int flags,
-                        __local float *red) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+                        uint l_off, int rows, int V, float eps, int ignore_id,
+                        float grad_scale, int flags, __local float *red) {
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *zr = z + z_off + (size_t)row * V;
   __global float *dzr = dz + dz_off + (size_t)row * V;
   const int t = targets[t_off + row];
@@ -26,17 +27,38 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
     return;
   }
   const float zt = zr[t];
-  barrier(CLK_GLOBAL_MEM_FENCE);
+  RELCL_ROW_BARRIER_GLOBAL();
+#ifdef RELCL_ROW_ITEM
+  /* the item shape: whole vectors of the row, then its tail (common.cl), so that exp runs
+   * on vectors */
+  const int vend = V - V % RELCL_COL_VEC;
+  RELCL_COL_VECTOR m8 = -FLT_MAX;
+  for (int v = 0; v < vend; v += RELCL_COL_VEC) m8 = fmax(m8, RELCL_COL_VLOAD(0, zr + v));
+  float mx = relcl_lanes_max(m8);
+  for (int v = vend; v < V; v++) mx = fmax(mx, zr[v]);
+  RELCL_COL_VECTOR se8 = 0.0f, sz8 = 0.0f;
+  for (int v = 0; v < vend; v += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR x = RELCL_COL_VLOAD(0, zr + v);
+    se8 += exp(x - mx);
+    sz8 += x;
+  }
+  float se = relcl_lanes_sum(se8), sz = relcl_lanes_sum(sz8);
+  for (int v = vend; v < V; v++) {
+    se += exp(zr[v] - mx);
+    sz += zr[v];
+  }
+#else
   float mx = -FLT_MAX;
   for (int v = lid; v < V; v += wg) mx = fmax(mx, zr[v]);
-  mx = relcl_wg_max(red, mx);
+  mx = relcl_row_max(red, mx);
   float se = 0.0f, sz = 0.0f;
   for (int v = lid; v < V; v += wg) {
     se += exp(zr[v] - mx);
     sz += zr[v];
   }
-  se = relcl_wg_sum(red, se);
-  sz = relcl_wg_sum(red, sz);
+  se = relcl_row_sum(red, se);
+  sz = relcl_row_sum(red, sz);
+#endif
   const float lse = mx + log(se);
   const float nll = lse - zt;
   if (lid == 0) {
@@ -45,17 +67,26 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
   }
   if (flags & RELCL_WRITE_GRAD) {
     const float u = eps / (float)V;
+#ifdef RELCL_ROW_ITEM
+    for (int v = 0; v < vend; v += RELCL_COL_VEC)
+      RELCL_COL_VSTORE(grad_scale * (exp(RELCL_COL_VLOAD(0, zr + v) - lse) - u), 0, dzr + v);
+    for (int v = vend; v < V; v++) dzr[v] = grad_scale * (exp(zr[v] - lse) - u);
+    /* the target's entry again, from zt: dz may be z */
+    dzr[t] = grad_scale * (exp(zt - lse) - (1.0f - eps + u));
+#else
     for (int v = lid; v < V; v += wg) {
       const float q = v == t ? 1.0f - eps + u : u;
       dzr[v] = grad_scale * (exp(zr[v] - lse) - q);
     }
+#endif
   }
 }
 
 /* out[row] = smallest index of the largest entry; NaN never wins. */
 __kernel void argmax_rows(__global const float *x, uint x_off, int ld, __global int *out,
-                          uint o_off, int cols, __local float *rv, __local int *ri) {
-  const int row = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
+                          uint o_off, int rows, int cols, __local float *rv, __local int *ri) {
+  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * ld;
   float best = -INFINITY;
   int bi = cols; /* "none yet": larger than any index */
@@ -66,6 +97,7 @@ __kernel void argmax_rows(__global const float *x, uint x_off, int ld, __global 
       bi = c;
     }
   }
+#ifndef RELCL_ROW_ITEM
   rv[lid] = best;
   ri[lid] = bi;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -80,5 +112,7 @@ __kernel void argmax_rows(__global const float *x, uint x_off, int ld, __global 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  if (lid == 0) out[o_off + row] = ri[0] < cols ? ri[0] : 0;
+  bi = ri[0];
+#endif
+  if (lid == 0) out[o_off + row] = bi < cols ? bi : 0;
 }

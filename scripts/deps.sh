@@ -16,10 +16,24 @@ RELCL_DEPS=(
   libopenmpi-dev openmpi-bin                           # relcl-train on many ranks/nodes (MPI), its test
 )
 
+# Opt-in, never installed by test.sh, demo.sh or CI (about 1 GB): PyTorch from Debian, for
+# bench/vs-pytorch.py's side-by-side run against relcl (/usr/bin/python3 imports it).
+RELCL_TORCH_DEPS=(python3-torch)
+
 # Install whatever in RELCL_DEPS is missing; `apt-get update` runs only when something is.
 relcl_install_deps() {
+  relcl_apt_install "${RELCL_DEPS[@]}"
+}
+
+# The same for RELCL_TORCH_DEPS: `source scripts/deps.sh && relcl_install_torch`.
+relcl_install_torch() {
+  relcl_apt_install "${RELCL_TORCH_DEPS[@]}"
+}
+
+# Install the named Debian packages that are missing (as root, or through sudo).
+relcl_apt_install() {
   local missing=() pkg status
-  for pkg in "${RELCL_DEPS[@]}"; do
+  for pkg in "$@"; do
     status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
     [[ $status == "install ok installed" ]] || missing+=("$pkg")
   done

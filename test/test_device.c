@@ -123,6 +123,37 @@ int main(void) {
            "context on \"0:0\" reports its device: %s", ctx ? relcl_context_device_name(ctx) : "");
   relcl_context_destroy(ctx);
 
+  /* The row kernels' shape (kernels/common.cl): a work-item per row on a CPU, a work-group
+   * elsewhere, RELCL_ROW_KERNELS overriding; a bad value fails at creation naming it. */
+  const char *old_rows = getenv("RELCL_ROW_KERNELS");
+  char saved_rows[64] = "";
+  if (old_rows) snprintf(saved_rows, sizeof saved_rows, "%s", old_rows);
+  unsetenv("RELCL_ROW_KERNELS");
+  cl_device_type row_dtype = 0;
+  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof row_dtype, &row_dtype, NULL);
+  ctx = NULL;
+  st = relcl_context_create(&ctx, "0:0");
+  tu_check(st == RELCL_OK && relcl__row_item(ctx) == ((row_dtype & CL_DEVICE_TYPE_CPU) != 0),
+           "row kernels by device type: %s", ctx && relcl__row_item(ctx) ? "item" : "group");
+  relcl_context_destroy(ctx);
+  static const char *const shapes[] = {"item", "group"};
+  for (int i = 0; i < 2; i++) {
+    setenv("RELCL_ROW_KERNELS", shapes[i], 1);
+    ctx = NULL;
+    st = relcl_context_create(&ctx, "0:0");
+    tu_check(st == RELCL_OK && relcl__row_item(ctx) == (i == 0), "RELCL_ROW_KERNELS=%s is honoured",
+             shapes[i]);
+    relcl_context_destroy(ctx);
+  }
+  setenv("RELCL_ROW_KERNELS", "items", 1);
+  ctx = NULL;
+  st = relcl_context_create(&ctx, "0:0");
+  tu_check(st == RELCL_ERR_INVALID_ARG && ctx == NULL &&
+               strstr(relcl_last_error(), "RELCL_ROW_KERNELS=items"),
+           "RELCL_ROW_KERNELS=items fails naming the variable: %s", relcl_last_error());
+  if (saved_rows[0]) setenv("RELCL_ROW_KERNELS", saved_rows, 1);
+  else unsetenv("RELCL_ROW_KERNELS");
+
   /* CLBlast tuning files: off, another device's, a malformed one, this device's */
   char driver[256] = "";
   clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
@@ -141,6 +172,8 @@ int main(void) {
   st = relcl_context_create(&ctx, NULL);
   tu_check(st == RELCL_OK && strstr(relcl_context_tuning(ctx), "none"),
            "RELCL_TUNING=off: %s", st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+  tu_check(st == RELCL_OK && relcl_context_tuning_kernels(ctx) == NULL,
+           "RELCL_TUNING=off: no parameters in force");
   relcl_context_destroy(ctx);
   setenv("RELCL_TUNING", path, 1);
   st = relcl_context_create(&ctx, NULL);
@@ -150,6 +183,12 @@ int main(void) {
            st == RELCL_OK ? relcl_context_tuning(ctx) : "");
   tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT,
            "... and its fit is exact");
+  {
+    const char *kt = st == RELCL_OK ? relcl_context_tuning_kernels(ctx) : NULL;
+    tu_check(kt && strstr(kt, "\"Xgemm\"") && strstr(kt, "\"MWG\":32") &&
+                 strstr(kt, "\"KWG\":16"),
+             "... and its parameters are given back: %s", kt ? kt : "(null)");
+  }
   relcl_context_destroy(ctx);
   f = fopen(path, "w");
   if (f) {

@@ -3,6 +3,9 @@
   - --quick with a short --budget on 128^3 products writes a tuning file for this device
     (name, driver, platform, device type, at least the Xgemm parameters, the GEMM rate it
     measured), which relcl-info then reports as applied, measured on this device;
+  - the candidates (the tuners' result, what applied before, CLBlast's defaults) are timed on
+    relcl's own training step (--step-check quick) and the fastest one's parameters are the
+    file's;
   - --if-needed does nothing when that file applies;
   - a tuner that dies (a stand-in that aborts like std::bad_alloc) is reported in one line
     with its exit status and the last line of its standard error, exit 1, nothing written;
@@ -41,7 +44,16 @@ def main():
             "--direct-shapes", "64x64x64", "--routine-shapes", "128x128x128"]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "t.json")
-        r = run([tune, *tiny, "--output", out])
+        # the step check's runs, faked (the real ones compile CLBlast's kernels for each
+        # candidate: minutes on a CPU): the tuners' result is slowest, what applied before
+        # fastest, CLBlast's defaults in between
+        bench = os.path.join(tmp, "fake-bench")
+        with open(bench, "w") as f:
+            f.write("#!/bin/sh\ncase \"$RELCL_TUNING\" in\n"
+                    "  off) s=0.3 ;;\n  *candidate-0.json) s=0.5 ;;\n  *) s=0.2 ;;\nesac\n"
+                    "echo \"{\\\"tuning\\\": \\\"x\\\", \\\"seconds_per_step\\\": $s}\"\n")
+        os.chmod(bench, stat.S_IRWXU)
+        r = run([tune, *tiny, "--step-check", "quick", "--bench", bench, "--output", out])
         print(r.stdout[-2000:], r.stderr[-2000:])
         check(r.returncode == 0, f"--quick on 128^3 exits 0 (got {r.returncode})")
         tuned = {}
@@ -55,12 +67,26 @@ def main():
               "the file names the device, driver, platform and device type: "
               + ", ".join(str(tuned.get(k)) for k in ("device", "driver", "platform",
                                                       "device_type")))
-        xg = kernels.get("Xgemm", {})
+        xg = tuned.get("tuners_kernels", kernels).get("Xgemm", {})
         check(all(isinstance(xg.get(p), int) for p in ("MWG", "NWG", "KWG", "VWM", "GEMMK")),
               f"Xgemm parameters measured: {xg}")
         rate = [e for e in tuned.get("measured", {}).get("Xgemm", []) if e.get("gflops", 0) > 0]
         check(len(rate) == 1 and rate[0]["shape"] == "128x128x128",
               f"the rate of the chosen Xgemm parameters is recorded: {rate}")
+
+        sc = tuned.get("step_check", {})
+        cands = sc.get("candidates", [])
+        names = [c.get("name", "") for c in cands]
+        check(len(cands) >= 2 and names[0].startswith("this search")
+              and names[-1] == "CLBlast's defaults"
+              and all(len(c.get("seconds_per_step", [])) >= 1 for c in cands),
+              f"the step check timed every candidate: {cands}")
+        want = names[1] if len(names) == 3 else "CLBlast's defaults"
+        check(sc.get("chosen") == want,
+              f"the fastest candidate is chosen: {sc.get('chosen')} (want {want})")
+        check("tuners_kernels" in tuned and (kernels == {}) == (want == "CLBlast's defaults")
+              and kernels != tuned["tuners_kernels"],
+              f"the file holds the chosen parameters, the tuners' kept beside them: {kernels}")
 
         env = dict(os.environ, RELCL_TUNING=out)
         r = run([info], env=env)
@@ -94,6 +120,7 @@ def main():
               f"a dying tuner: one line with its status and message, exit 1: {lines}")
 
         for args, what in ((["--budget", "1"], "--budget 1"),
+                           (["--step-check", "maybe"], "--step-check maybe"),
                            (["--xgemm-shapes", "100x128x128"], "an Xgemm shape not a multiple of 128"),
                            (["--direct-shapes", "64x64"], "a malformed shape"),
                            (["--frobnicate"], "an unknown flag")):

@@ -173,7 +173,8 @@ static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head,
 
 /* Arguments common to the three row kernels, after their buffers. */
 static void row_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc, int flags) {
-  int H = (int)p->H, nq = desc->nq, nk = desc->nk, q0 = desc->q_pos0;
+  int rows = (int)p->rows, H = (int)p->H, nq = desc->nq, nk = desc->nk, q0 = desc->q_pos0;
+  RELCL__ARG(a, rows);
   RELCL__ARG(a, H);
   RELCL__ARG(a, nq);
   RELCL__ARG(a, nk);
@@ -194,13 +195,10 @@ static void drop_args(relcl__args *a, const plan *p) {
 }
 
 
+/* A work-group or a work-item per query row (kernels/common.cl), as the context says. */
 static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                                 const plan *p) {
-  size_t limit = k->max_wg < 256 ? k->max_wg : 256;
-  size_t wg = relcl__pow2_wg(p->nk, limit);
-  RELCL__ARG_LOCAL(a, wg * sizeof(float));
-  size_t global = p->rows * wg;
-  return relcl__launch(ctx, k, a, 1, &global, &wg);
+  return relcl__launch_rows(ctx, k, a, p->rows, p->nk, 1, relcl__row_item(ctx));
 }
 
 relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,

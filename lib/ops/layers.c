@@ -54,15 +54,20 @@ static relcl_status launch_nd(relcl_context *ctx, relcl__kernel_entry *k, relcl_
   return relcl__launch(ctx, k, a, dims, global, local);
 }
 
-/* One power-of-two work-group per row, `width` entries per row; adds the local buffer
- * argument(s) of `locals` floats-or-ints per work-item. */
+/* A row kernel (layer norm, loss: kernels/common.cl's shapes) over `rows` rows of `width`
+ * entries, with `locals` local buffers. */
 static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                                 size_t rows, size_t width, int locals) {
-  size_t limit = k->max_wg < 256 ? k->max_wg : 256;
-  size_t wg = relcl__pow2_wg(width, limit);
-  for (int i = 0; i < locals; i++) RELCL__ARG_LOCAL(a, wg * 4);
-  size_t global = rows * wg;
-  return relcl__launch(ctx, k, a, 1, &global, &wg);
+  return relcl__launch_rows(ctx, k, a, rows, width, locals, relcl__row_item(ctx));
+}
+
+/* Column-sum kernels (colsum_partial, ln_param_partial): global (cols, chunks) in the group
+ * shape, (ceil(cols / RELCL_COL_VEC), chunks) in the item shape, where a work-item sums a
+ * vector of adjacent columns. */
+static relcl_status launch_cols(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                                size_t cols, size_t chunks) {
+  size_t n0 = relcl__row_item(ctx) ? (cols + RELCL_COL_VEC - 1) / RELCL_COL_VEC : cols;
+  return launch_nd(ctx, k, a, 2, n0, chunks, 1);
 }
 
 static void drop_params(float p, uint64_t seed, uint64_t stream, cl_uint v[6], float *scale) {
@@ -108,6 +113,7 @@ relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float
   relcl__buf_arg(&a, y, NULL);
   relcl__buf_arg(&a, mean, NULL);
   relcl__buf_arg(&a, rstd, NULL);
+  RELCL__ARG(&a, rows);
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, eps);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
@@ -155,7 +161,7 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     RELCL__ARG(&a, rows);
     RELCL__ARG(&a, d);
     RELCL__ARG(&a, chunk);
-    if ((st = launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)chunks, 1)) != RELCL_OK) goto done;
+    if ((st = launch_cols(ctx, k, &a, (size_t)d, (size_t)chunks)) != RELCL_OK) goto done;
     if (dgain.mem && (st = colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
       goto done;
     if (dbias.mem &&
@@ -173,6 +179,7 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     relcl__buf_arg(&a, rstd, NULL);
     relcl__buf_arg(&a, dy, NULL);
     relcl__buf_arg(&a, dx, NULL);
+    RELCL__ARG(&a, rows);
     RELCL__ARG(&a, d);
     RELCL__ARG(&a, flags);
     st = launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
@@ -651,7 +658,7 @@ relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, 
     RELCL__ARG(&a, rows);
     RELCL__ARG(&a, cols);
     RELCL__ARG(&a, chunk);
-    if ((st = launch_nd(ctx, k, &a, 2, (size_t)cols, (size_t)chunks, 1)) != RELCL_OK) goto done;
+    if ((st = launch_cols(ctx, k, &a, (size_t)cols, (size_t)chunks)) != RELCL_OK) goto done;
   }
   st = colsum_finish(ctx, part, 0, chunks, cols, y, accumulate);
 done:
@@ -687,7 +694,7 @@ static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, s
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, block);
   RELCL__ARG(&a, flags);
-  return launch_rows(ctx, k, &a, blocks, block, 1);
+  return relcl__launch_rows(ctx, k, &a, blocks, block, 1, false); /* a tree per block */
 }
 
 relcl_status relcl__sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
@@ -726,6 +733,7 @@ relcl_status relcl__xent_forward_backward(relcl_context *ctx, int rows, int V, f
   relcl__buf_arg(&a, targets, NULL);
   relcl__buf_arg(&a, dlogits, logits.mem);
   relcl__buf_arg(&a, losses, NULL);
+  RELCL__ARG(&a, rows);
   RELCL__ARG(&a, V);
   RELCL__ARG(&a, eps);
   RELCL__ARG(&a, ignore_id);
@@ -763,6 +771,7 @@ relcl_status relcl__argmax_rows(relcl_context *ctx, int rows, int cols, relcl_bu
   relcl__buf_arg(&a, x, NULL);
   RELCL__ARG(&a, ld);
   relcl__buf_arg(&a, out, NULL);
+  RELCL__ARG(&a, rows);
   RELCL__ARG(&a, cols);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)cols, 2);
 }

@@ -141,9 +141,33 @@ static relcl_status lookup(const char *spec, cl_platform_id *platform, cl_device
   return RELCL_OK;
 }
 
+/* The shape of the row kernels (kernels/common.cl): a work-item per row on a CPU, whose
+ * OpenCL driver runs a work-group as loops cut at every barrier (PoCL), a work-group per row
+ * elsewhere. RELCL_ROW_KERNELS=item|group overrides, so the tests run both on one device. */
+static relcl_status choose_row_shape(relcl_context *ctx) {
+  const char *env = getenv("RELCL_ROW_KERNELS");
+  if (env && env[0]) {
+    if (strcmp(env, "item") != 0 && strcmp(env, "group") != 0)
+      return relcl__fail(RELCL_ERR_INVALID_ARG,
+                         "RELCL_ROW_KERNELS=%s: expected item or group (unset: item on a CPU, "
+                         "group on other devices)",
+                         env);
+    ctx->row_item = strcmp(env, "item") == 0;
+    return RELCL_OK;
+  }
+  cl_device_type type = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS)
+    type = 0; /* unknown: the group shape, which is right everywhere, only slow on CPUs */
+  ctx->row_item = (type & CL_DEVICE_TYPE_CPU) != 0;
+  return RELCL_OK;
+}
+
+bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
+
 /* What every context needs once its device, cl_context and queue are known: the device's
- * name and limits, every kernel program (from the binary cache or built) and CLBlast's
- * tuning. Building every program here reports a build failure at creation. */
+ * name and limits, the row kernels' shape, every kernel program (from the binary cache or
+ * built) and CLBlast's tuning. Building every program here reports a build failure at
+ * creation. */
 static relcl_status setup(relcl_context *ctx) {
   char pn[256], dn[256];
   platform_name(ctx->platform, pn, sizeof pn);
@@ -155,9 +179,11 @@ static relcl_status setup(relcl_context *ctx) {
                   &ctx->local_mem, NULL);
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc,
                   &ctx->max_alloc, NULL);
+  relcl_status st = choose_row_shape(ctx);
+  if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
-    relcl_status st =
-        relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, true, &ctx->program[i]);
+    st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, ctx->row_item, true,
+                              &ctx->program[i]);
     if (st != RELCL_OK) return st;
   }
   relcl__tuning_apply(ctx);
@@ -258,6 +284,7 @@ void relcl_context_destroy(relcl_context *ctx) {
     relcl__profile_print(ctx); /* asked for: the one print in lib */
   relcl__profile_resolve(ctx);
   free(ctx->pending);
+  free(ctx->tuning_kernels);
   relcl__pool_destroy(&ctx->pool);
   for (int i = 0; i < ctx->n_kernels; i++) clReleaseKernel(ctx->kernel[i].kernel);
   for (int i = 0; i < RELCL__MAX_PROGRAMS; i++)
@@ -292,11 +319,13 @@ relcl_status relcl_build_check(cl_platform_id platform, cl_device_id device) {
       &device, NULL, NULL, &err);
   if (err != CL_SUCCESS) return relcl__cl_fail(err, "clCreateContext");
   relcl_status st = RELCL_OK;
-  for (int i = 0; i < relcl__program_count() && st == RELCL_OK; i++) {
-    cl_program prog = NULL;
-    st = relcl__program_build(cl, platform, device, i, false, &prog);
-    if (prog) clReleaseProgram(prog);
-  }
+  /* both shapes of the row kernels: RELCL_ROW_KERNELS may ask for either on any device */
+  for (int shape = 0; shape < 2; shape++)
+    for (int i = 0; i < relcl__program_count() && st == RELCL_OK; i++) {
+      cl_program prog = NULL;
+      st = relcl__program_build(cl, platform, device, i, shape == 1, false, &prog);
+      if (prog) clReleaseProgram(prog);
+    }
   clReleaseContext(cl);
   return st;
 }

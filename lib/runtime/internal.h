@@ -49,6 +49,7 @@ struct relcl_context {
   bool borrowed; /* cl and queue came from relcl_context_create_from_cl: never released */
   char name[512];
   size_t device_max_wg;
+  bool row_item; /* row kernels in the item shape (kernels/common.cl): CPUs, RELCL_ROW_KERNELS */
   cl_ulong local_mem;
   cl_ulong max_alloc;
   cl_program program[RELCL__MAX_PROGRAMS];
@@ -57,6 +58,7 @@ struct relcl_context {
   relcl__pool pool;
   char tuning[1024]; /* which CLBlast tuning was applied (tuning.c) */
   relcl_tuning_fit tuning_fit;
+  char *tuning_kernels; /* the applied file's "kernels" object as JSON text, or NULL */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */
@@ -132,9 +134,10 @@ int relcl__program_index(const char *family);
 /* Full source of family i (common prelude + file), from the embedded copy or from
  * RELCL_KERNEL_DIR. Caller frees. */
 relcl_status relcl__program_source_text(int i, char **out);
-/* Build (or load from the binary cache) family i for a device. */
+/* Build (or load from the binary cache) family i for a device, its row kernels in the item
+ * shape (kernels/common.cl) or the group shape. */
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
-                                  int i, bool use_cache, cl_program *out);
+                                  int i, bool row_item, bool use_cache, cl_program *out);
 /* Programs built from a cached binary (hits) and from source, counted over the process:
  * for the tests (test_cache.c), which reach them through the static library. */
 void relcl__program_counts(unsigned long *hits, unsigned long *builds);

@@ -56,3 +56,19 @@ relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const rel
   }
   return RELCL_OK;
 }
+
+relcl_status relcl__launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                                size_t rows, size_t width, int locals, bool item) {
+  size_t limit = k->max_wg < 256 ? k->max_wg : 256, wg, global;
+  if (item) {
+    /* a work-group is a loop over its rows here: a few dozen rows amortize its start */
+    wg = relcl__pow2_wg(rows, k->max_wg < 64 ? k->max_wg : 64);
+    global = (rows + wg - 1) / wg * wg;
+    for (int i = 0; i < locals; i++) RELCL__ARG_LOCAL(a, 4); /* unused in this shape */
+  } else {
+    wg = relcl__pow2_wg(width, limit);
+    global = rows * wg;
+    for (int i = 0; i < locals; i++) RELCL__ARG_LOCAL(a, wg * 4);
+  }
+  return relcl__launch(ctx, k, a, 1, &global, &wg);
+}

@@ -8,8 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* OpenCL C 1.2 everywhere; no -cl-fast-relaxed-math: it breaks masking on NVIDIA. */
-static const char build_options[] = "-cl-std=CL1.2";
+/* OpenCL C 1.2 everywhere; no -cl-fast-relaxed-math: it breaks masking on NVIDIA. The item
+ * shape of the row kernels (kernels/common.cl) is a define; the options are part of the
+ * binary cache's key, so the two shapes never share an entry. */
+static const char *build_options(bool row_item) {
+  return row_item ? "-cl-std=CL1.2 -DRELCL_ROW_ITEM" : "-cl-std=CL1.2";
+}
 
 int relcl__program_count(void) {
   int n = 0;
@@ -144,14 +148,14 @@ void relcl__program_counts(unsigned long *hits, unsigned long *builds) {
 
 /* Build from a binary; any fault returns NULL and the caller compiles from source. */
 static cl_program from_binary(cl_context cl, cl_device_id device, const unsigned char *bin,
-                              size_t size) {
+                              size_t size, const char *options) {
   cl_int err, bin_status;
   cl_program prog = clCreateProgramWithBinary(cl, 1, &device, &size, &bin, &bin_status, &err);
   if (err != CL_SUCCESS || bin_status != CL_SUCCESS) {
     if (prog) clReleaseProgram(prog);
     return NULL;
   }
-  if (clBuildProgram(prog, 1, &device, build_options, NULL, NULL) != CL_SUCCESS) {
+  if (clBuildProgram(prog, 1, &device, options, NULL, NULL) != CL_SUCCESS) {
     clReleaseProgram(prog);
     return NULL;
   }
@@ -171,8 +175,9 @@ static void store_binary(cl_program prog, const char *dir, const char *key) {
 }
 
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
-                                  int i, bool use_cache, cl_program *out) {
+                                  int i, bool row_item, bool use_cache, cl_program *out) {
   *out = NULL;
+  const char *options = build_options(row_item);
   char *source = NULL;
   relcl_status st = relcl__program_source_text(i, &source);
   if (st != RELCL_OK) return st;
@@ -180,11 +185,11 @@ relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_dev
   char dirbuf[4096], key[33];
   const char *dir = use_cache ? relcl__cache_dir(dirbuf, sizeof dirbuf) : "";
   if (dir[0]) {
-    relcl__cache_key(source, build_options, platform, device, key);
+    relcl__cache_key(source, options, platform, device, key);
     unsigned char *bin = NULL;
     size_t size = 0;
     if (relcl__cache_load(dir, key, &bin, &size)) {
-      *out = from_binary(cl, device, bin, size);
+      *out = from_binary(cl, device, bin, size, options);
       free(bin);
       if (*out) {
         atomic_fetch_add(&cache_hits, 1);
@@ -200,7 +205,7 @@ relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_dev
     st = relcl__cl_fail(err, "clCreateProgramWithSource");
     goto done;
   }
-  err = clBuildProgram(prog, 1, &device, build_options, NULL, NULL);
+  err = clBuildProgram(prog, 1, &device, options, NULL, NULL);
   if (err != CL_SUCCESS) {
     st = build_log_fail(prog, device, relcl__program_sources[i].file, err);
     clReleaseProgram(prog);

@@ -174,6 +174,9 @@ void relcl__tuning_apply(relcl_context *ctx) {
              cJSON_IsString(from) ? from->valuestring : "another device", best.origin, n,
              n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, RELCL__TUNE_HINT);
   ctx->tuning_fit = best.fit;
+  /* kept so that relcl-tune can time what is in force against its own result */
+  ctx->tuning_kernels =
+      cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(root, "kernels"));
   cJSON_Delete(root);
   free(best.text);
 }
@@ -181,3 +184,5 @@ void relcl__tuning_apply(relcl_context *ctx) {
 const char *relcl_context_tuning(const relcl_context *ctx) { return ctx->tuning; }
 
 relcl_tuning_fit relcl_context_tuning_fit(const relcl_context *ctx) { return ctx->tuning_fit; }
+
+const char *relcl_context_tuning_kernels(const relcl_context *ctx) { return ctx->tuning_kernels; }

@@ -48,6 +48,14 @@ static inline void relcl__buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) 
 relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
                            cl_uint dims,
                            const size_t *global, const size_t *local);
+/* The row kernels' shape on ctx (kernels/common.cl): true for a work-item per row (CPUs,
+ * or RELCL_ROW_KERNELS=item), false for a power-of-two work-group per row. */
+bool relcl__row_item(const relcl_context *ctx);
+/* Launch a row kernel over `rows` rows of `width` columns, adding its `locals` local-memory
+ * arguments (4 bytes per lane each): with item, one work-item per row (the global size
+ * rounded up: the kernel returns past its rows); else one power-of-two work-group per row. */
+relcl_status relcl__launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                                size_t rows, size_t width, int locals, bool item);
 /* Largest power of two <= limit and <= want rounded up to a power of two, >= 1. */
 size_t relcl__pow2_wg(size_t want, size_t limit);
 
