@@ -18,7 +18,10 @@ RELCL_DEPS=(
 
 # Opt-in, never installed by test.sh, demo.sh or CI (about 1 GB): PyTorch from Debian, for
 # bench/vs-pytorch.py's side-by-side run against relcl (/usr/bin/python3 imports it).
-RELCL_TORCH_DEPS=(python3-torch)
+# Debian's torch multiplies through whatever libblas.so.3 the alternatives system points
+# to: without OpenBLAS that is the reference BLAS (3 GFLOP/s here against 30+), and the
+# comparison would be against a PyTorch no CPU user runs.
+RELCL_TORCH_DEPS=(python3-torch libopenblas0-pthread)
 
 # Install whatever in RELCL_DEPS is missing; `apt-get update` runs only when something is.
 relcl_install_deps() {
