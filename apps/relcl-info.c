@@ -100,6 +100,8 @@ int main(int argc, char **argv) {
   if (def_p >= 0) {
     relcl_context *ctx;
     if (relcl_context_create(&ctx, spec) == RELCL_OK) {
+      if (relcl_context_host_cpu(ctx)[0])
+        printf("CPU of the default device: %s\n", relcl_context_host_cpu(ctx));
       printf("CLBlast tuning on the default device: %s\n", relcl_context_tuning(ctx));
       relcl_context_destroy(ctx);
     }

@@ -686,8 +686,9 @@ int main(int argc, char **argv) {
            "device\n", relcl_context_device_name(ctx), relcl_context_tuning(ctx));
   cl_device_id dev = relcl_context_device(ctx);
   cl_platform_id plat = NULL;
-  char name[256] = "", driver[256] = "", pname[256] = "", pversion[512] = "";
+  char name[256] = "", driver[256] = "", pname[256] = "", pversion[512] = "", cpu[64] = "";
   cl_device_type type = 0;
+  snprintf(cpu, sizeof cpu, "%s", relcl_context_host_cpu(ctx));
   clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
   clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
   clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
@@ -877,6 +878,7 @@ int main(int argc, char **argv) {
   cJSON_AddStringToObject(root, "driver", driver);
   cJSON_AddStringToObject(root, "platform", pname);
   cJSON_AddStringToObject(root, "device_type", type_name);
+  if (cpu[0]) cJSON_AddStringToObject(root, "cpu", cpu); /* PoCL names Zen 1 and 2 alike */
   cJSON_AddStringToObject(root, "platform_version", pversion);
   cJSON_AddItemToObject(root, "measured", measured);
   if (step) {

@@ -102,14 +102,21 @@ const char *relcl_context_tuning(const relcl_context *ctx);
 /* How well the applied tuning fits the device. */
 typedef enum relcl_tuning_fit {
   RELCL_TUNING_NONE = 0,    /* CLBlast's defaults */
-  RELCL_TUNING_NEAREST = 1, /* another device's, of the same platform and device type */
-  RELCL_TUNING_EXACT = 2,   /* measured on this device name and driver version */
+  RELCL_TUNING_NEAREST = 1, /* another device's, of the same platform and device type, or this
+                               device name's measured on another CPU model */
+  RELCL_TUNING_EXACT = 2,   /* measured on this device name and driver version (and for a CPU
+                               device on this CPU model: relcl_context_host_cpu) */
 } relcl_tuning_fit;
 relcl_tuning_fit relcl_context_tuning_fit(const relcl_context *ctx);
 /* The applied parameters as JSON text, the "kernels" object of the tuning file
  * ({"Xgemm": {"MWG": 64, ...}, ...}), or NULL when CLBlast's defaults apply. Owned by the
  * context. */
 const char *relcl_context_tuning_kernels(const relcl_context *ctx);
+/* For a CPU device, the model of the CPU it runs on, as tuning files record it: vendor,
+ * family and model ("AuthenticAMD family 23 model 1"; PoCL calls Zen 1 and Zen 2 EPYCs
+ * alike, and their best GEMM parameters differ). "" for other devices, or where relcl cannot
+ * tell (outside x86). Owned by the context. */
+const char *relcl_context_host_cpu(const relcl_context *ctx);
 /* Wait until every enqueued command has finished. */
 relcl_status relcl_finish(relcl_context *ctx);
 

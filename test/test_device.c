@@ -9,24 +9,48 @@
 #include "internal.h"
 #include "testutil.h"
 
-/* Writes a tuning file with one valid Xgemm parameter set for the given identity. */
+/* Writes a tuning file with one valid Xgemm parameter set for the given identity; cpu NULL
+ * leaves the CPU model out, as files written before relcl knew it do. */
 static void write_tuning(const char *path, const char *device, const char *driver,
-                         const char *platform, const char *type) {
+                         const char *platform, const char *type, const char *cpu) {
   FILE *f = fopen(path, "w");
   if (!f) return;
   fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"platform\": \"%s\", "
-             "\"device_type\": \"%s\", \"kernels\": {\"Xgemm\": "
+             "\"device_type\": \"%s\", ",
+          device, driver, platform, type);
+  if (cpu) fprintf(f, "\"cpu\": \"%s\", ", cpu);
+  fprintf(f, "\"kernels\": {\"Xgemm\": "
              "{\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2, \"MDIMA\": 8, "
              "\"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32, "
-             "\"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 1, \"VWN\": 1}}}\n",
-          device, driver, platform, type);
+             "\"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 1, \"VWN\": 1}}}\n");
   fclose(f);
+}
+
+/* The host CPU's model read from /proc/cpuinfo ("AuthenticAMD family 23 model 1"), to check
+ * the CPUID decoding of relcl__host_cpu against the kernel's; "" when there is no such file
+ * or it has no x86 fields. */
+static void cpuinfo_model(char *buf, size_t size) {
+  buf[0] = '\0';
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[4096], vendor[64] = "";
+  int family = -1, model = -1;
+  while (fgets(line, sizeof line, f) && line[0] != '\n') { /* the first processor only */
+    char *colon = strchr(line, ':');
+    if (!colon) continue;
+    if (!strncmp(line, "vendor_id", 9)) sscanf(colon + 1, " %63s", vendor);
+    else if (!strncmp(line, "cpu family", 10)) sscanf(colon + 1, "%d", &family);
+    else if (!strncmp(line, "model\t", 6)) sscanf(colon + 1, "%d", &model);
+  }
+  fclose(f);
+  if (vendor[0] && family >= 0 && model >= 0)
+    snprintf(buf, size, "%s family %d model %d", vendor, family, model);
 }
 
 /* The matching rule on its own, on made-up devices: exact needs name and driver, nearest
  * needs platform name and device type, anything else (or no parse, no kernels) is none. */
 static void tuning_fit_rule(void) {
-  relcl__tuning_device cpu = {"cpu-a", "3.1", "Portable Computing Language", "CPU"};
+  relcl__tuning_device cpu = {"cpu-a", "3.1", "Portable Computing Language", "CPU", ""};
   const char *exact = "{\"device\": \"cpu-a\", \"driver\": \"3.1\", \"platform\": \"X\", "
                       "\"device_type\": \"GPU\", \"kernels\": {}}";
   const char *nearest = "{\"device\": \"cpu-b\", \"driver\": \"3.1\", \"platform\": "
@@ -59,10 +83,42 @@ static void tuning_fit_rule(void) {
            "fit: a file without kernels fits nothing");
   tu_check(relcl__tuning_fit("{ not json", &cpu) == RELCL_TUNING_NONE,
            "fit: text that does not parse fits nothing");
+
+  /* the CPU model, when relcl knows the device's: PoCL names a Zen 1 and a Zen 2 EPYC alike */
+  relcl__tuning_device zen1 = {"cpu-a", "3.1", "Portable Computing Language", "CPU",
+                               "AuthenticAMD family 23 model 1"};
+  const char *same_cpu = "{\"device\": \"cpu-a\", \"driver\": \"3.1\", \"platform\": "
+                         "\"Portable Computing Language\", \"device_type\": \"CPU\", "
+                         "\"cpu\": \"AuthenticAMD family 23 model 1\", \"kernels\": {}}";
+  const char *other_cpu = "{\"device\": \"cpu-a\", \"driver\": \"3.1\", \"platform\": "
+                          "\"Portable Computing Language\", \"device_type\": \"CPU\", "
+                          "\"cpu\": \"AuthenticAMD family 23 model 49\", \"kernels\": {}}";
+  tu_check(relcl__tuning_fit(same_cpu, &zen1) == RELCL_TUNING_EXACT &&
+               relcl__tuning_rank(same_cpu, &zen1) == 3,
+           "fit: same device name, driver and CPU model is exact");
+  tu_check(relcl__tuning_fit(other_cpu, &zen1) == RELCL_TUNING_NEAREST &&
+               relcl__tuning_rank(other_cpu, &zen1) == 2,
+           "fit: the same device name on another CPU model is only nearest, rank 2");
+  tu_check(relcl__tuning_fit(nearest, &zen1) == RELCL_TUNING_NEAREST &&
+               relcl__tuning_rank(nearest, &zen1) == 1,
+           "fit: another device name of the platform is nearest, rank 1 (below another CPU's)");
+  tu_check(relcl__tuning_rank(exact, &zen1) == 2,
+           "fit: a file that does not name its CPU model is not exact on a known one");
+  tu_check(relcl__tuning_fit(other_cpu, &cpu) == RELCL_TUNING_EXACT,
+           "fit: where relcl cannot tell the CPU model, name and driver decide");
 }
 
 int main(void) {
   tuning_fit_rule();
+  char host_cpu[64], proc_cpu[64];
+  relcl__host_cpu(host_cpu, sizeof host_cpu);
+  cpuinfo_model(proc_cpu, sizeof proc_cpu);
+#if defined(__x86_64__) || defined(__i386__)
+  tu_check(host_cpu[0] != '\0', "the CPU model is known on x86: \"%s\"", host_cpu);
+#endif
+  if (proc_cpu[0])
+    tu_check(strcmp(host_cpu, proc_cpu) == 0, "CPUID's model \"%s\" is /proc/cpuinfo's \"%s\"",
+             host_cpu, proc_cpu);
   int p = -1, d = -1, dp, dd;
   relcl_status st = relcl_device_find(NULL, &dp, &dd);
   tu_check(st == RELCL_OK, "default device found: %d:%d", dp, dd);
@@ -121,6 +177,16 @@ int main(void) {
   st = relcl_context_create(&ctx, "0:0");
   tu_check(st == RELCL_OK && ctx != NULL && strstr(relcl_context_device_name(ctx), dname),
            "context on \"0:0\" reports its device: %s", ctx ? relcl_context_device_name(ctx) : "");
+  /* the CPU model the context reports: the host's for a CPU device, none for another */
+  char dev_cpu[64] = "";
+  {
+    cl_device_type t0 = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof t0, &t0, NULL);
+    if (ctx) snprintf(dev_cpu, sizeof dev_cpu, "%s", relcl_context_host_cpu(ctx));
+    tu_check(ctx && strcmp(dev_cpu, t0 & CL_DEVICE_TYPE_CPU ? host_cpu : "") == 0,
+             "the context's CPU model is \"%s\" (the host's for a CPU device, else none)",
+             dev_cpu);
+  }
   relcl_context_destroy(ctx);
 
   /* The row kernels' shape (kernels/common.cl): a work-item per row on a CPU, a work-group
@@ -161,11 +227,12 @@ int main(void) {
   int fd = mkstemp(path);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (f) {
-    fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"kernels\": {\"Xgemm\": "
+    fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"cpu\": \"%s\", \"kernels\": "
+               "{\"Xgemm\": "
                "{\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2, \"MDIMA\": 8, "
                "\"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32, "
                "\"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 1, \"VWN\": 1}}}\n",
-            dname, driver);
+            dname, driver, dev_cpu);
     fclose(f);
   }
   setenv("RELCL_TUNING", "off", 1);
@@ -213,7 +280,7 @@ int main(void) {
                       : dtype & CL_DEVICE_TYPE_CPU ? "CPU"
                       : dtype & CL_DEVICE_TYPE_ACCELERATOR ? "ACCELERATOR"
                                                            : "OTHER";
-  write_tuning(path, "a sibling device", "0.0", tpname, tname);
+  write_tuning(path, "a sibling device", "0.0", tpname, tname, NULL);
   st = relcl_context_create(&ctx, NULL);
   tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NEAREST &&
                strstr(relcl_context_tuning(ctx), "borrowed from a sibling device") &&
@@ -222,7 +289,25 @@ int main(void) {
            "a sibling device's file is borrowed and said so: %s",
            st == RELCL_OK ? relcl_context_tuning(ctx) : "");
   relcl_context_destroy(ctx);
-  write_tuning(path, "a sibling device", "0.0", "Some Other Platform", tname);
+  if (dev_cpu[0]) { /* this device name and driver, measured on another CPU model: borrowed */
+    write_tuning(path, dname, driver, tpname, tname, "GenuineIntel family 6 model 1");
+    st = relcl_context_create(&ctx, NULL);
+    tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NEAREST &&
+                 strstr(relcl_context_tuning(ctx), "on GenuineIntel family 6 model 1") &&
+                 strstr(relcl_context_tuning(ctx), dev_cpu) &&
+                 strstr(relcl_context_tuning(ctx), "relcl-tune --quick"),
+             "this device's name on another CPU model is borrowed, and said so: %s",
+             st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+    relcl_context_destroy(ctx);
+    write_tuning(path, dname, driver, tpname, tname, NULL);
+    st = relcl_context_create(&ctx, NULL);
+    tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NEAREST &&
+                 strstr(relcl_context_tuning(ctx), "a CPU it does not name"),
+             "this device's name on an unnamed CPU model is borrowed, and said so: %s",
+             st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+    relcl_context_destroy(ctx);
+  }
+  write_tuning(path, "a sibling device", "0.0", "Some Other Platform", tname, NULL);
   st = relcl_context_create(&ctx, NULL);
   tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NONE,
            "another platform's device is not borrowed: %s",
@@ -242,8 +327,8 @@ int main(void) {
     char *old_cache = getenv("RELCL_CACHE_DIR") ? strdup(getenv("RELCL_CACHE_DIR")) : NULL;
     setenv("RELCL_CACHE_DIR", cdir, 1);
     for (int order = 0; order < 2; order++) {
-      write_tuning(order ? fb : fa, "a sibling device", "0.0", tpname, tname);
-      write_tuning(order ? fa : fb, dname, driver, tpname, tname);
+      write_tuning(order ? fb : fa, "a sibling device", "0.0", tpname, tname, NULL);
+      write_tuning(order ? fa : fb, dname, driver, tpname, tname, dev_cpu);
       st = relcl_context_create(&ctx, NULL);
       tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT &&
                    strstr(relcl_context_tuning(ctx), order ? fa : fb),
@@ -251,11 +336,26 @@ int main(void) {
                st == RELCL_OK ? relcl_context_tuning(ctx) : "");
       relcl_context_destroy(ctx);
     }
+    /* the same device name on another CPU model ranks above another device's */
+    for (int order = 0; dev_cpu[0] && order < 2; order++) {
+      write_tuning(order ? fb : fa, "a sibling device", "0.0", tpname, tname, NULL);
+      write_tuning(order ? fa : fb, dname, driver, tpname, tname, "GenuineIntel family 6 model 1");
+      st = relcl_context_create(&ctx, NULL);
+      tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NEAREST &&
+                   strstr(relcl_context_tuning(ctx), order ? fa : fb),
+               "cache dir: this device name's file of another CPU (%s) wins over a sibling's: %s",
+               order ? "a" : "b", st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+      relcl_context_destroy(ctx);
+    }
     remove(fb);
-    write_tuning(fa, "a sibling device", "0.0", tpname, tname);
+    write_tuning(fa, "a sibling device", "0.0", tpname, tname, NULL);
     st = relcl_context_create(&ctx, NULL);
+    /* (a shipped file of this very device name, measured on another CPU model or on one it
+     * does not name, ranks above any sibling's) */
     tu_check(st == RELCL_OK && (relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT ||
-                                strstr(relcl_context_tuning(ctx), fa)),
+                                strstr(relcl_context_tuning(ctx), fa) ||
+                                (strstr(relcl_context_tuning(ctx), "shipped tuning") &&
+                                 strstr(relcl_context_tuning(ctx), "none measured on this CPU"))),
              "cache dir: a sibling's file there comes before shipped sibling files: %s",
              st == RELCL_OK ? relcl_context_tuning(ctx) : "");
     relcl_context_destroy(ctx);

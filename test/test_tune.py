@@ -16,6 +16,8 @@ Prints one line per check and ends with "N passed, M failed".
 """
 import json
 import os
+import platform
+import re
 import stat
 import subprocess
 import sys
@@ -67,6 +69,10 @@ def main():
               "the file names the device, driver, platform and device type: "
               + ", ".join(str(tuned.get(k)) for k in ("device", "driver", "platform",
                                                       "device_type")))
+        if tuned.get("device_type") == "CPU" and platform.machine() in ("x86_64", "i686"):
+            check(re.fullmatch(r"\w{12} family \d+ model \d+", tuned.get("cpu", "")) is not None,
+                  f"a CPU device's file names its CPU model (PoCL names Zen 1 and 2 alike): "
+                  f"{tuned.get('cpu')}")
         xg = tuned.get("tuners_kernels", kernels).get("Xgemm", {})
         check(all(isinstance(xg.get(p), int) for p in ("MWG", "NWG", "KWG", "VWM", "GEMMK")),
               f"Xgemm parameters measured: {xg}")

@@ -59,6 +59,7 @@ struct relcl_context {
   char tuning[1024]; /* which CLBlast tuning was applied (tuning.c) */
   relcl_tuning_fit tuning_fit;
   char *tuning_kernels; /* the applied file's "kernels" object as JSON text, or NULL */
+  char host_cpu[64];    /* relcl__host_cpu() for a CPU device, else "" */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */
@@ -105,11 +106,19 @@ void relcl__tuning_apply(relcl_context *ctx);
 /* What a tuning file is matched on (tuning.c). */
 typedef struct relcl__tuning_device {
   char name[256], driver[256], platform[256], type[16];
+  char cpu[64]; /* a CPU device's CPU model (relcl__host_cpu), else "" */
 } relcl__tuning_device;
+/* The host CPU's vendor, family and model ("AuthenticAMD family 23 model 1", from CPUID on
+ * x86), or "" where relcl cannot tell. */
+void relcl__host_cpu(char *buf, size_t size);
 void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
                             relcl__tuning_device *dev);
-/* How well the tuning file text fits dev: EXACT (same device name and driver), NEAREST (same
- * platform name and device type), else NONE (also for text that does not parse). */
+/* How well the tuning file text fits dev, ranked: 3 measured on it (same device name and
+ * driver and, for a CPU device whose model relcl can tell, the same CPU model), 2 the same
+ * device name and driver on another CPU model or on one the file does not name, 1 the same
+ * platform name and device type, 0 not at all (also for text that does not parse). */
+int relcl__tuning_rank(const char *text, const relcl__tuning_device *dev);
+/* The rank as the public fit: EXACT (3), NEAREST (2 and 1), NONE (0). */
 relcl_tuning_fit relcl__tuning_fit(const char *text, const relcl__tuning_device *dev);
 
 /* ---- profiling, memory accounting (profile.c, memory.c) ---- */

@@ -2,9 +2,13 @@
  * say, PoCL on a given CPU, where its defaults run SGEMM several times slower than tuned
  * parameters do. relcl-tune runs CLBlast's tuners for a device and writes the best
  * parameters as a relcl tuning file. A context applies the first file measured on its device
- * (same name and driver version); when there is none, the closest known one: a file measured
- * on another device of the same platform and type (another PoCL CPU, say), whose parameters
- * run several times faster than CLBlast's defaults do, and says so in relcl_context_tuning().
+ * (same name and driver version and, for a CPU device, the same CPU model: PoCL names its device
+ * after the instruction set it compiles for, so an AMD EPYC of 2017 and one of 2019 are both
+ * "pthread-haswell-AMD EPYC", and parameters measured on one can run the other's GEMMs at a
+ * third of what they could); when there is none, the closest known one: a file measured on the
+ * same device name on another CPU model, else on another device of the same platform and type
+ * (another PoCL CPU, say), whose parameters run several times faster than CLBlast's defaults
+ * do, and says so in relcl_context_tuning().
  * It looks in:
  *   RELCL_TUNING=FILE (or "off" to apply none), else
  *   the cache directory's tuning/ subdirectory (where relcl-tune writes), else
@@ -12,12 +16,16 @@
  * File format (JSON):
  *   {"device": "<CL_DEVICE_NAME>", "driver": "<CL_DRIVER_VERSION>",
  *    "platform": "<CL_PLATFORM_NAME>", "device_type": "CPU" | "GPU" | "ACCELERATOR" | "OTHER",
+ *    "cpu": "<relcl_context_host_cpu(): for a CPU device, e.g. AuthenticAMD family 23 model 1>",
  *    "kernels": {"Xgemm": {"MWG": 64, ...}, "XgemmDirect": {...}}, ...}
  * A file that does not parse is skipped with no effect on results: tuning changes speed
  * only, never what CLBlast computes. */
 #include "internal.h"
 
 #include <cjson/cJSON.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,17 +57,44 @@ static bool str_is(const cJSON *obj, const char *key, const char *want) {
   return cJSON_IsString(v) && strcmp(v->valuestring, want) == 0;
 }
 
-relcl_tuning_fit relcl__tuning_fit(const char *text, const relcl__tuning_device *dev) {
+void relcl__host_cpu(char *buf, size_t size) {
+  buf[0] = '\0';
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  unsigned a, b, c, d;
+  char vendor[13];
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+  memcpy(vendor, &b, 4);
+  memcpy(vendor + 4, &d, 4);
+  memcpy(vendor + 8, &c, 4);
+  vendor[12] = '\0';
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+  /* the display family and model of Intel's and AMD's manuals */
+  unsigned family = (a >> 8) & 0xfu, model = (a >> 4) & 0xfu;
+  if (family == 0xfu) family += (a >> 20) & 0xffu;
+  if (family == 0x6u || family >= 0xfu) model += ((a >> 16) & 0xfu) << 4;
+  snprintf(buf, size, "%s family %u model %u", vendor, family, model);
+#else
+  (void)size; /* unknown: a CPU device's tuning is then matched on its name and driver only */
+#endif
+}
+
+int relcl__tuning_rank(const char *text, const relcl__tuning_device *dev) {
   cJSON *root = cJSON_Parse(text);
-  relcl_tuning_fit fit = RELCL_TUNING_NONE;
+  int rank = 0;
   if (root && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "kernels"))) {
     if (str_is(root, "device", dev->name) && str_is(root, "driver", dev->driver))
-      fit = RELCL_TUNING_EXACT;
+      /* a file that does not name its CPU may come from another model of the same name */
+      rank = dev->cpu[0] == '\0' || str_is(root, "cpu", dev->cpu) ? 3 : 2;
     else if (str_is(root, "platform", dev->platform) && str_is(root, "device_type", dev->type))
-      fit = RELCL_TUNING_NEAREST;
+      rank = 1;
   }
   cJSON_Delete(root);
-  return fit;
+  return rank;
+}
+
+relcl_tuning_fit relcl__tuning_fit(const char *text, const relcl__tuning_device *dev) {
+  int rank = relcl__tuning_rank(text, dev);
+  return rank == 3 ? RELCL_TUNING_EXACT : rank > 0 ? RELCL_TUNING_NEAREST : RELCL_TUNING_NONE;
 }
 
 void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
@@ -75,6 +110,7 @@ void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
            : type & CL_DEVICE_TYPE_CPU         ? "CPU"
            : type & CL_DEVICE_TYPE_ACCELERATOR ? "ACCELERATOR"
                                                : "OTHER");
+  if (type & CL_DEVICE_TYPE_CPU) relcl__host_cpu(dev->cpu, sizeof dev->cpu);
 }
 
 /* Apply every kernel's parameters of a parsed file; the number of kernels applied. */
@@ -99,9 +135,11 @@ static int apply(cl_device_id device, const cJSON *root, char *why, size_t why_s
   return applied;
 }
 
-/* The best candidate seen so far: an exact one ends the search; the first nearest one is
- * kept (the search order puts the user's own files before the shipped ones). */
+/* The best candidate seen so far (relcl__tuning_rank): an exact one ends the search; of the
+ * others the first of the highest rank is kept (the search order puts the user's own files
+ * before the shipped ones). */
 typedef struct {
+  int rank;
   relcl_tuning_fit fit;
   char *text;
   char origin[4500];
@@ -109,10 +147,11 @@ typedef struct {
 
 static void consider(best_file *best, const relcl__tuning_device *dev, char *text,
                      const char *origin) {
-  relcl_tuning_fit fit = text ? relcl__tuning_fit(text, dev) : RELCL_TUNING_NONE;
-  if (fit > best->fit) {
+  int rank = text ? relcl__tuning_rank(text, dev) : 0;
+  if (rank > best->rank) {
     free(best->text);
-    best->fit = fit;
+    best->rank = rank;
+    best->fit = rank == 3 ? RELCL_TUNING_EXACT : RELCL_TUNING_NEAREST;
     best->text = text;
     snprintf(best->origin, sizeof best->origin, "%s", origin);
   } else {
@@ -125,6 +164,7 @@ static void consider(best_file *best, const relcl__tuning_device *dev, char *tex
 void relcl__tuning_apply(relcl_context *ctx) {
   relcl__tuning_device dev;
   relcl__tuning_describe(ctx->platform, ctx->device, &dev);
+  snprintf(ctx->host_cpu, sizeof ctx->host_cpu, "%s", dev.cpu);
   char *used = ctx->tuning;
   size_t used_size = sizeof ctx->tuning;
   ctx->tuning_fit = RELCL_TUNING_NONE;
@@ -133,7 +173,7 @@ void relcl__tuning_apply(relcl_context *ctx) {
     snprintf(used, used_size, "none (CLBlast's defaults): RELCL_TUNING=off");
     return;
   }
-  best_file best = {RELCL_TUNING_NONE, NULL, ""};
+  best_file best = {0, RELCL_TUNING_NONE, NULL, ""};
   if (env && env[0]) {
     consider(&best, &dev, read_all(env), env);
   } else {
@@ -165,9 +205,17 @@ void relcl__tuning_apply(relcl_context *ctx) {
   char why[256] = "";
   int n = apply(ctx->device, root, why, sizeof why);
   const cJSON *from = cJSON_GetObjectItemCaseSensitive(root, "device");
+  const cJSON *from_cpu = cJSON_GetObjectItemCaseSensitive(root, "cpu");
   if (best.fit == RELCL_TUNING_EXACT)
     snprintf(used, used_size, "%.600s (%d kernel%s%s%s)", best.origin, n, n == 1 ? "" : "s",
              why[0] ? "; skipped " : "", why);
+  else if (best.rank == 2)
+    snprintf(used, used_size,
+             "borrowed from %.100s on %s%.60s (%.400s, %d kernel%s%s%s): none measured on "
+             "this CPU (%s); %s",
+             dev.name, cJSON_IsString(from_cpu) ? "" : "a CPU it does not name",
+             cJSON_IsString(from_cpu) ? from_cpu->valuestring : "", best.origin, n,
+             n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, dev.cpu, RELCL__TUNE_HINT);
   else
     snprintf(used, used_size,
              "borrowed from %.100s (%.400s, %d kernel%s%s%s): none measured on this device; %s",
@@ -186,3 +234,5 @@ const char *relcl_context_tuning(const relcl_context *ctx) { return ctx->tuning;
 relcl_tuning_fit relcl_context_tuning_fit(const relcl_context *ctx) { return ctx->tuning_fit; }
 
 const char *relcl_context_tuning_kernels(const relcl_context *ctx) { return ctx->tuning_kernels; }
+
+const char *relcl_context_host_cpu(const relcl_context *ctx) { return ctx->host_cpu; }
