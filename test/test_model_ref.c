@@ -196,17 +196,65 @@ done:
   relcl_model_destroy(m);
 }
 
+/* A new context on ctx's device with a tuning file measured on it (its name, driver and CPU)
+ * that sets only relcl's RelclGemm K_CHUNK: every product of the model with an inner
+ * dimension over 1.5 chunk (here the feed-forward's d_ff 16, the weight gradients' 10 source
+ * tokens, the output layer's backward over the vocabulary of 11) then runs as a sequence of
+ * products over slices of it, accumulated into C, under each transpose the model uses. */
+static relcl_context *with_k_chunk(relcl_context *ctx, long chunk) {
+  cl_device_id dev = relcl_context_device(ctx);
+  cl_platform_id plat;
+  cl_device_type type = 0;
+  char name[256] = "", driver[256] = "", pname[256] = "";
+  clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+  clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
+  clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+  static char path[] = "/tmp/relcl-test-kchunk-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (f == NULL) {
+    perror(path);
+    exit(1);
+  }
+  fprintf(f,
+          "{\"device\": \"%s\", \"driver\": \"%s\", \"platform\": \"%s\", "
+          "\"device_type\": \"%s\", \"cpu\": \"%s\", "
+          "\"kernels\": {\"RelclGemm\": {\"K_CHUNK\": %ld}}}\n",
+          name, driver, pname,
+          type & CL_DEVICE_TYPE_GPU   ? "GPU"
+          : type & CL_DEVICE_TYPE_CPU ? "CPU"
+                                      : "OTHER",
+          relcl_context_host_cpu(ctx), chunk);
+  fclose(f);
+  relcl_context_destroy(ctx);
+  setenv("RELCL_TUNING", path, 1);
+  ctx = tu_context();
+  unsetenv("RELCL_TUNING");
+  remove(path);
+  const char *used = relcl_context_tuning(ctx);
+  tu_check(relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT && strstr(used, path) &&
+               strstr(used, "(1 kernel)"),
+           "the K_CHUNK %ld tuning applies: %s", chunk, used);
+  return ctx;
+}
+
 int main(int argc, char **argv) {
   const char *only = NULL;
+  long k_chunk = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
       only = argv[++i];
+    } else if (strcmp(argv[i], "--k-chunk") == 0 && i + 1 < argc) {
+      k_chunk = atol(argv[++i]);
     } else {
-      fprintf(stderr, "usage: test_model_ref [--case NAME]\n");
+      fprintf(stderr, "usage: test_model_ref [--case NAME] [--k-chunk N]\n");
       return 2;
     }
   }
   relcl_context *ctx = tu_context();
+  if (k_chunk > 0) ctx = with_k_chunk(ctx, k_chunk);
   printf("device: %s\n", relcl_context_device_name(ctx));
   typedef struct variant {
     const char *name;

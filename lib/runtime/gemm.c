@@ -33,7 +33,20 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
-  if (batch == 1)
+  size_t chunk = ctx->gemm_k_chunk;
+  if (batch == 1 && chunk > 0 && k > chunk + chunk / 2) {
+    /* the tuning's RelclGemm K_CHUNK (tuning.c): slices of equal length, a multiple of 8,
+     * accumulated into C one after the other, always in the same order */
+    size_t pieces = (k + chunk - 1) / chunk, len = ((k + pieces - 1) / pieces + 7) / 8 * 8;
+    code = CLBlastSuccess;
+    for (size_t k0 = 0; k0 < k && code == CLBlastSuccess; k0 += len) {
+      size_t kk = k - k0 < len ? k - k0 : len;
+      code = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, kk, alpha, a.mem,
+                          a.offset + (trans_a ? k0 * lda : k0), lda, b.mem,
+                          b.offset + (trans_b ? k0 : k0 * ldb), ldb, k0 == 0 ? beta : 1.0f,
+                          c.mem, c.offset, ldc, &ctx->queue, k0 + kk == k ? evp : NULL);
+    }
+  } else if (batch == 1)
     code = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, alpha, a.mem, a.offset, lda,
                         b.mem, b.offset, ldb, beta, c.mem, c.offset, ldc, &ctx->queue, evp);
   else

@@ -60,6 +60,7 @@ struct relcl_context {
   relcl_tuning_fit tuning_fit;
   char *tuning_kernels; /* the applied file's "kernels" object as JSON text, or NULL */
   char host_cpu[64];    /* relcl__host_cpu() for a CPU device, else "" */
+  size_t gemm_k_chunk;  /* the tuning's RelclGemm K_CHUNK (gemm.c); 0: one call per product */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */

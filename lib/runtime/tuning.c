@@ -17,7 +17,14 @@
  *   {"device": "<CL_DEVICE_NAME>", "driver": "<CL_DRIVER_VERSION>",
  *    "platform": "<CL_PLATFORM_NAME>", "device_type": "CPU" | "GPU" | "ACCELERATOR" | "OTHER",
  *    "cpu": "<relcl_context_host_cpu(): for a CPU device, e.g. AuthenticAMD family 23 model 1>",
- *    "kernels": {"Xgemm": {"MWG": 64, ...}, "XgemmDirect": {...}}, ...}
+ *    "kernels": {"Xgemm": {"MWG": 64, ...}, "XgemmDirect": {...},
+ *                "RelclGemm": {"K_CHUNK": 512}}, ...}
+ * Every entry of "kernels" is a CLBlast kernel's parameters except RelclGemm, which is relcl's
+ * own: K_CHUNK > 0 computes a product whose inner dimension is longer than 1.5 K_CHUNK as a
+ * sequence of products over consecutive slices of at most about K_CHUNK, accumulated into C
+ * in order (gemm.c). On a CPU, CLBlast's kernels run a long inner dimension at half the rate
+ * of a short one (a Zen 1 EPYC: 1048x256x8000 at 12 GFLOP/s in one call, 23 in slices of
+ * 500), while on a GPU the extra passes over C only cost; a file without it splits nothing.
  * A file that does not parse is skipped with no effect on results: tuning changes speed
  * only, never what CLBlast computes. */
 #include "internal.h"
@@ -114,13 +121,24 @@ void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
 }
 
 /* Apply every kernel's parameters of a parsed file; the number of kernels applied. */
-static int apply(cl_device_id device, const cJSON *root, char *why, size_t why_size) {
+static int apply(cl_device_id device, const cJSON *root, size_t *k_chunk, char *why,
+                 size_t why_size) {
   const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels"), *k;
   int applied = 0;
   cJSON_ArrayForEach(k, kernels) {
     const char *names[64];
     size_t values[64], n = 0;
     const cJSON *p;
+    if (k->string && strcmp(k->string, "RelclGemm") == 0) { /* relcl's own, not CLBlast's */
+      p = cJSON_GetObjectItemCaseSensitive(k, "K_CHUNK");
+      if (cJSON_IsNumber(p) && p->valuedouble >= 0 && p->valuedouble < 1e9) {
+        *k_chunk = (size_t)p->valuedouble;
+        applied++;
+      } else if (why[0] == '\0') {
+        snprintf(why, why_size, "kernel RelclGemm: K_CHUNK is not a size");
+      }
+      continue;
+    }
     cJSON_ArrayForEach(p, k) {
       if (n == 64 || !cJSON_IsNumber(p) || p->valuedouble < 0) continue;
       names[n] = p->string;
@@ -203,7 +221,7 @@ void relcl__tuning_apply(relcl_context *ctx) {
   }
   cJSON *root = cJSON_Parse(best.text);
   char why[256] = "";
-  int n = apply(ctx->device, root, why, sizeof why);
+  int n = apply(ctx->device, root, &ctx->gemm_k_chunk, why, sizeof why);
   const cJSON *from = cJSON_GetObjectItemCaseSensitive(root, "device");
   const cJSON *from_cpu = cJSON_GetObjectItemCaseSensitive(root, "cpu");
   if (best.fit == RELCL_TUNING_EXACT)
