@@ -10,6 +10,7 @@
  * share of the time is spent. (CLBlast 1.5's -fraction divides the number of configurations,
  * so a fraction below 1 multiplies them: 578 / 0.00001 = 58 million, and bad_alloc.) */
 #include "relcl.h"
+#include "relcl_layers.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -534,6 +535,114 @@ static bool write_candidate(const char *path, const cJSON *head, const char *ker
   return ok;
 }
 
+/* ---- relcl's own GEMM parameter: RelclGemm K_CHUNK (lib/runtime/tuning.c) ---- */
+
+/* Device milliseconds of relcl's products with a long inner dimension under the tuning file
+ * `file` (a fresh context applies it): a linear layer's backward over `rows` tokens (dW =
+ * dy^T x, inner dimension rows; dx = dy W, inner dimension 1024) and a forward with a wide
+ * input (inner dimension `wide`), as in the output layer's backward. The best of `reps`. */
+static int time_long_products(const char *spec, const char *file, int rows, int wide, int reps,
+                              double *ms, char *err, size_t err_size) {
+  setenv("RELCL_TUNING", file, 1);
+  relcl_context *ctx = NULL;
+  relcl_status st = relcl_context_create(&ctx, spec);
+  unsetenv("RELCL_TUNING");
+  enum { D = 256, FF = 1024 };
+  cl_mem m[7] = {NULL};
+  const size_t sizes[7] = {(size_t)rows * D,  (size_t)FF * D,   (size_t)rows * FF,
+                           (size_t)rows * D,  (size_t)FF * D,   (size_t)(rows / 4) * wide,
+                           (size_t)D * wide};
+  for (int i = 0; i < 7 && st == RELCL_OK; i++)
+    if ((st = relcl_alloc(ctx, sizes[i], &m[i])) == RELCL_OK)
+      st = relcl_fill(ctx, relcl_buf_at(m[i], 0), 0.01f * (float)(i + 1), sizes[i]);
+  if (st == RELCL_OK) st = relcl_profile_enable(ctx, 1);
+  *ms = 1e30;
+  for (int r = -1; r < reps && st == RELCL_OK; r++) { /* r = -1: CLBlast compiles */
+    relcl_profile_summary sum;
+    if ((st = relcl_profile_reset(ctx)) != RELCL_OK ||
+        (st = relcl_linear_backward(ctx, rows, D, FF, relcl_buf_at(m[0], 0),
+                                    relcl_buf_at(m[1], 0), relcl_buf_at(m[2], 0),
+                                    relcl_buf_at(m[3], 0), 0, relcl_buf_at(m[4], 0),
+                                    RELCL_BUF_NONE)) != RELCL_OK ||
+        (st = relcl_linear_forward(ctx, rows / 4, wide, D, relcl_buf_at(m[5], 0),
+                                   relcl_buf_at(m[6], 0), RELCL_BUF_NONE,
+                                   relcl_buf_at(m[3], 0))) != RELCL_OK ||
+        (st = relcl_finish(ctx)) != RELCL_OK ||
+        (st = relcl_profile_summary_get(ctx, &sum)) != RELCL_OK)
+      break;
+    if (r >= 0 && sum.part_ms[RELCL_PART_CONTENT_GEMM] < *ms)
+      *ms = sum.part_ms[RELCL_PART_CONTENT_GEMM];
+  }
+  if (st != RELCL_OK)
+    snprintf(err, err_size, "%s: %s", relcl_status_str(st), relcl_last_error());
+  for (int i = 0; i < 7; i++)
+    if (m[i]) clReleaseMemObject(m[i]);
+  if (ctx) relcl_context_destroy(ctx);
+  return st == RELCL_OK ? 0 : 1;
+}
+
+/* Choose RelclGemm K_CHUNK for `kernels` (JSON text of a "kernels" object) by timing the
+ * long products with each chunk in turn, in interleaved rounds; adds the winner to *kernels
+ * (0: no entry, every product in one call) and the times to `measured`. */
+static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head, char **kernels,
+                           bool quick, cJSON *measured) {
+  static const int chunks[] = {0, 256, 512, 1024};
+  enum { NC = sizeof chunks / sizeof *chunks };
+  const int rows = quick ? 2048 : 4096, wide = quick ? 4096 : 8192, rounds = quick ? 1 : 2;
+  double best[NC];
+  char files[NC][4300];
+  printf("  relcl's products with a long inner dimension (1024x256x%d, %dx256x1024, "
+         "%dx256x%d), by K_CHUNK:", rows, rows, rows / 4, wide);
+  fflush(stdout);
+  for (int c = 0; c < NC; c++) {
+    cJSON *k = cJSON_Parse(*kernels);
+    if (k == NULL) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
+    if (chunks[c]) {
+      cJSON *g = cJSON_AddObjectToObject(k, "RelclGemm");
+      cJSON_AddNumberToObject(g, "K_CHUNK", chunks[c]);
+    }
+    char *text = cJSON_PrintUnformatted(k);
+    cJSON_Delete(k);
+    snprintf(files[c], sizeof files[c], "%s/k-chunk-%d.json", dir, chunks[c]);
+    bool ok = text && write_candidate(files[c], head, text);
+    free(text);
+    if (!ok) {
+      printf(" cannot write %s: not measured\n", files[c]);
+      return;
+    }
+    best[c] = 1e30;
+  }
+  char err[512];
+  for (int r = 0; r < rounds; r++)
+    for (int c = 0; c < NC; c++) {
+      double ms;
+      if (time_long_products(spec, files[c], rows, wide, 2, &ms, err, sizeof err)) {
+        printf(" failed (%s): not measured\n", err);
+        return;
+      }
+      if (ms < best[c]) best[c] = ms;
+    }
+  int win = 0;
+  cJSON *e = cJSON_AddObjectToObject(measured, "RelclGemm");
+  for (int c = 0; c < NC; c++) {
+    printf(" %d: %.1f ms%s", chunks[c], best[c], c + 1 < NC ? "," : "");
+    char key[16];
+    snprintf(key, sizeof key, "%d", chunks[c]);
+    cJSON_AddNumberToObject(e, key, best[c]);
+    if (best[c] < best[win]) win = c;
+  }
+  printf("; K_CHUNK %d\n", chunks[win]);
+  if (chunks[win]) {
+    cJSON *k = cJSON_Parse(*kernels);
+    cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(k, "RelclGemm"), "K_CHUNK", chunks[win]);
+    free(*kernels);
+    *kernels = cJSON_PrintUnformatted(k);
+    cJSON_Delete(k);
+  }
+}
+
 /* Time every candidate on relcl's training step, in interleaved rounds (so that a change in
  * the machine's load hits all alike), print the table and return the fastest one's index,
  * or -1 when no run succeeded. */
@@ -881,6 +990,18 @@ int main(int argc, char **argv) {
   if (cpu[0]) cJSON_AddStringToObject(root, "cpu", cpu); /* PoCL names Zen 1 and 2 alike */
   cJSON_AddStringToObject(root, "platform_version", pversion);
   cJSON_AddItemToObject(root, "measured", measured);
+  { /* with the tuners' kernels in force: relcl's own split of long products */
+    char *text = cJSON_PrintUnformatted(kernels);
+    if (text) {
+      choose_k_chunk(spec, tmp, root, &text, quick, measured);
+      cJSON *k = cJSON_Parse(text);
+      if (k) {
+        cJSON_Delete(kernels);
+        kernels = k;
+      }
+      free(text);
+    }
+  }
   if (step) {
     /* the tuners time each product alone; what counts is relcl's step, with its
      * transposes, odd sizes and the switch between the direct and indirect kernels */

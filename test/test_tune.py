@@ -6,6 +6,8 @@
   - the candidates (the tuners' result, what applied before, CLBlast's defaults) are timed on
     relcl's own training step (--step-check quick) and the fastest one's parameters are the
     file's;
+  - relcl's own K_CHUNK (long products as slices) is timed and the fastest goes with the
+    tuners' kernels;
   - --if-needed does nothing when that file applies;
   - a tuner that dies (a stand-in that aborts like std::bad_alloc) is reported in one line
     with its exit status and the last line of its standard error, exit 1, nothing written;
@@ -76,6 +78,16 @@ def main():
         xg = tuned.get("tuners_kernels", kernels).get("Xgemm", {})
         check(all(isinstance(xg.get(p), int) for p in ("MWG", "NWG", "KWG", "VWM", "GEMMK")),
               f"Xgemm parameters measured: {xg}")
+        # relcl's own split of long products, timed with the tuners' kernels: the fastest
+        # K_CHUNK goes with them (none: 0 was fastest)
+        kc = tuned.get("measured", {}).get("RelclGemm", {})
+        if check(sorted(kc, key=int) == ["0", "256", "512", "1024"]
+                 and all(isinstance(v, (int, float)) and 0 < v < 1e29 for v in kc.values()),
+                 f"RelclGemm K_CHUNK 0, 256, 512, 1024 timed: {kc}"):
+            fastest = int(min(kc, key=lambda c: kc[c]))
+            got = tuned.get("tuners_kernels", kernels).get("RelclGemm", {}).get("K_CHUNK", 0)
+            check(got == fastest, f"the tuners' result carries the fastest K_CHUNK "
+                  f"{fastest} (got {got})")
         rate = [e for e in tuned.get("measured", {}).get("Xgemm", []) if e.get("gflops", 0) > 0]
         check(len(rate) == 1 and rate[0]["shape"] == "128x128x128",
               f"the rate of the chosen Xgemm parameters is recorded: {rate}")
