@@ -543,10 +543,16 @@ static bool write_candidate(const char *path, const cJSON *head, const char *ker
  * input (inner dimension `wide`), as in the output layer's backward. The best of `reps`. */
 static int time_long_products(const char *spec, const char *file, int rows, int wide, int reps,
                               double *ms, char *err, size_t err_size) {
+  const char *was = getenv("RELCL_TUNING");
+  char *saved = was ? strdup(was) : NULL;
   setenv("RELCL_TUNING", file, 1);
   relcl_context *ctx = NULL;
   relcl_status st = relcl_context_create(&ctx, spec);
-  unsetenv("RELCL_TUNING");
+  if (saved)
+    setenv("RELCL_TUNING", saved, 1);
+  else
+    unsetenv("RELCL_TUNING");
+  free(saved);
   enum { D = 256, FF = 1024 };
   cl_mem m[7] = {NULL};
   const size_t sizes[7] = {(size_t)rows * D,  (size_t)FF * D,   (size_t)rows * FF,
@@ -583,15 +589,15 @@ static int time_long_products(const char *spec, const char *file, int rows, int 
 
 /* Choose RelclGemm K_CHUNK for `kernels` (JSON text of a "kernels" object) by timing the
  * long products with each chunk in turn, in interleaved rounds; adds the winner to *kernels
- * (0: no entry, every product in one call) and the times to `measured`. */
+ * (0: no entry, every product in one call) and the times to measured[key]. */
 static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head, char **kernels,
-                           bool quick, cJSON *measured) {
+                           bool quick, const char *key, cJSON *measured) {
   static const int chunks[] = {0, 256, 512, 1024};
   enum { NC = sizeof chunks / sizeof *chunks };
   const int rows = quick ? 2048 : 4096, wide = quick ? 4096 : 8192, rounds = quick ? 1 : 2;
   double best[NC];
   char files[NC][4300];
-  printf("  relcl's products with a long inner dimension (1024x256x%d, %dx256x1024, "
+  printf("    relcl's products with a long inner dimension (1024x256x%d, %dx256x1024, "
          "%dx256x%d), by K_CHUNK:", rows, rows, rows / 4, wide);
   fflush(stdout);
   for (int c = 0; c < NC; c++) {
@@ -604,7 +610,7 @@ static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head,
     }
     char *text = cJSON_PrintUnformatted(k);
     cJSON_Delete(k);
-    snprintf(files[c], sizeof files[c], "%s/k-chunk-%d.json", dir, chunks[c]);
+    snprintf(files[c], sizeof files[c], "%s/%s-k-chunk-%d.json", dir, key, chunks[c]);
     bool ok = text && write_candidate(files[c], head, text);
     free(text);
     if (!ok) {
@@ -624,7 +630,7 @@ static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head,
       if (ms < best[c]) best[c] = ms;
     }
   int win = 0;
-  cJSON *e = cJSON_AddObjectToObject(measured, "RelclGemm");
+  cJSON *e = cJSON_AddObjectToObject(measured, key);
   for (int c = 0; c < NC; c++) {
     printf(" %d: %.1f ms%s", chunks[c], best[c], c + 1 < NC ? "," : "");
     char key[16];
@@ -993,13 +999,20 @@ int main(int argc, char **argv) {
   { /* with the tuners' kernels in force: relcl's own split of long products */
     char *text = cJSON_PrintUnformatted(kernels);
     if (text) {
-      choose_k_chunk(spec, tmp, root, &text, quick, measured);
+      printf("  with the tuners' kernels:\n");
+      choose_k_chunk(spec, tmp, root, &text, quick, "RelclGemm", measured);
       cJSON *k = cJSON_Parse(text);
       if (k) {
         cJSON_Delete(kernels);
         kernels = k;
       }
       free(text);
+    }
+    /* and with those that applied before, if they do not say (a file from before K_CHUNK):
+     * the step check then compares each set at its best */
+    if (before_kernels && !strstr(before_kernels, "\"RelclGemm\"")) {
+      printf("  with the kernels in force before:\n");
+      choose_k_chunk(spec, tmp, root, &before_kernels, quick, "RelclGemm_before", measured);
     }
   }
   if (step) {
