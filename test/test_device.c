@@ -326,6 +326,15 @@ int main(void) {
     snprintf(fb, sizeof fb, "%s/b.json", tdir);
     char *old_cache = getenv("RELCL_CACHE_DIR") ? strdup(getenv("RELCL_CACHE_DIR")) : NULL;
     setenv("RELCL_CACHE_DIR", cdir, 1);
+    /* a shipped file measured on this very device and CPU (the Zen 1 EPYC's, say) wins over
+     * any nearest file in the cache directory */
+    st = relcl_context_create(&ctx, NULL);
+    const bool shipped_exact = st == RELCL_OK &&
+                               relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT &&
+                               strstr(relcl_context_tuning(ctx), "shipped tuning");
+    if (st == RELCL_OK) relcl_context_destroy(ctx);
+    printf("     shipped tuning measured on this device and CPU: %s\n",
+           shipped_exact ? "yes" : "no");
     for (int order = 0; order < 2; order++) {
       write_tuning(order ? fb : fa, "a sibling device", "0.0", tpname, tname, NULL);
       write_tuning(order ? fa : fb, dname, driver, tpname, tname, dev_cpu);
@@ -341,10 +350,14 @@ int main(void) {
       write_tuning(order ? fb : fa, "a sibling device", "0.0", tpname, tname, NULL);
       write_tuning(order ? fa : fb, dname, driver, tpname, tname, "GenuineIntel family 6 model 1");
       st = relcl_context_create(&ctx, NULL);
-      tu_check(st == RELCL_OK && relcl_context_tuning_fit(ctx) == RELCL_TUNING_NEAREST &&
-                   strstr(relcl_context_tuning(ctx), order ? fa : fb),
-               "cache dir: this device name's file of another CPU (%s) wins over a sibling's: %s",
-               order ? "a" : "b", st == RELCL_OK ? relcl_context_tuning(ctx) : "");
+      tu_check(st == RELCL_OK &&
+                   (shipped_exact ? relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT &&
+                                        strstr(relcl_context_tuning(ctx), "shipped tuning")
+                                  : relcl_context_tuning_fit(ctx) == RELCL_TUNING_NEAREST &&
+                                        strstr(relcl_context_tuning(ctx), order ? fa : fb)),
+               "cache dir: this device name's file of another CPU (%s) wins over a sibling's%s: %s",
+               order ? "a" : "b", shipped_exact ? ", and a shipped exact file over both" : "",
+               st == RELCL_OK ? relcl_context_tuning(ctx) : "");
       relcl_context_destroy(ctx);
     }
     remove(fb);
