@@ -59,9 +59,10 @@ static void usage(FILE *f) {
           "kernel, clblast_tuner_xgemm_direct for the direct one, clblast_tuner_routine_xgemm\n"
           "for the size at which to switch between them) at the GEMM shapes relcl runs, and\n"
           "writes the best parameters as a relcl tuning file. The tuners time each product\n"
-          "alone, so their result, the tuning that applied before and CLBlast's defaults are\n"
-          "then timed on relcl's own training step (relcl-bench --tuning-child, in turn) and\n"
-          "the fastest is written. Default output: the cache\n"
+          "alone, so their result, the tuning that applied before, on a CPU device the fastest\n"
+          "of relcl's own Xgemm sets without local memory (timed on relcl's long products)\n"
+          "and CLBlast's defaults are then timed on relcl's own training step (relcl-bench\n"
+          "--tuning-child, in turn) and the fastest is written. Default output: the cache\n"
           "directory's tuning/ folder ($RELCL_CACHE_DIR, else $XDG_CACHE_HOME/relcl or\n"
           "~/.cache/relcl), where every relcl context on this device finds it.\n"
           "  --budget S     wall-clock time for the whole search (default 900; --quick: 240)\n"
@@ -649,6 +650,109 @@ static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head,
   }
 }
 
+/* ---- relcl's own search of the Xgemm family that wins on CPU devices ---- */
+
+/* Xgemm parameter sets without local memory (SA = SB = 0: PoCL runs a work-group as loops
+ * split at its barriers, so local tiles cost more than they save on a CPU). CLBlast's tuner
+ * samples mostly local-memory configurations; these were the fastest of relcl's own sweeps
+ * on PoCL CPUs (the files in tuning/), with neighbours of them. */
+static const char *const cpu_xgemm_sets[] = {
+    /* the Zen 1 EPYC's: float4, 32 x 128 tiles of 4 x 8 work-items, KWG 16 */
+    "{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":32,"
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":128,\"SA\":0,\"SB\":0,\"STRM\":1,\"STRN\":0,\"VWM\":4,"
+    "\"VWN\":4}",
+    /* the later EPYC's and the AVX-512 EPYC's: 64 x 64 tiles of 8 x 8 work-items */
+    "{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":2,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":64,"
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":64,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":4,"
+    "\"VWN\":2}",
+    /* float8 along M and N, 64 x 128 tiles of 8 x 8 work-items */
+    "{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":64,"
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":128,\"SA\":0,\"SB\":0,\"STRM\":1,\"STRN\":0,\"VWM\":8,"
+    "\"VWN\":8}",
+    /* float4, 64 x 128 tiles of 8 x 8 work-items */
+    "{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":64,"
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":128,\"SA\":0,\"SB\":0,\"STRM\":1,\"STRN\":0,\"VWM\":4,"
+    "\"VWN\":4}",
+    /* float4, 32 x 64 tiles of 4 x 8 work-items */
+    "{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":32,"
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":64,\"SA\":0,\"SB\":0,\"STRM\":1,\"STRN\":0,\"VWM\":4,"
+    "\"VWN\":4}",
+    /* the Zen 1 set with KWG 32 */
+    "{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":2,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":32,"
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":128,\"SA\":0,\"SB\":0,\"STRM\":1,\"STRN\":0,\"VWM\":4,"
+    "\"VWN\":4}",
+};
+enum { N_CPU_SETS = sizeof cpu_xgemm_sets / sizeof *cpu_xgemm_sets };
+
+/* On a CPU device: time relcl's long products (time_long_products) with the tuners' kernels
+ * and with each set above in their place (the rest of the kernels kept, K_CHUNK 512, which
+ * keeps a slice's operands in the caches of the CPUs measured so far), the tuners' and the
+ * first set whatever the time, the others while `until` (an absolute now()) is ahead.
+ * Records the times in measured["XgemmCpuSweep"]; returns the kernels (JSON text, to free)
+ * of the fastest set, NULL when none ran, and whether it beat the tuners' in *beat. */
+static char *cpu_sweep(const char *spec, const char *dir, const cJSON *head, const cJSON *kernels,
+                       bool quick, double until, cJSON *measured, bool *beat) {
+  const int rows = quick ? 2048 : 4096, wide = quick ? 4096 : 8192;
+  char file[4300], err[512];
+  double best_ms = 1e30, tuners_ms = 1e30;
+  int best = -1;
+  cJSON *sets = cJSON_CreateArray();
+  printf("  relcl's sweep of the Xgemm family without local memory (CPU devices), on the "
+         "long products:");
+  fflush(stdout);
+  for (int i = -1; i < N_CPU_SETS; i++) { /* -1: the tuners' own parameters */
+    if (i > 0 && now() > until) {
+      printf(" (the budget ends the sweep after %d of %d sets)", i, N_CPU_SETS);
+      break;
+    }
+    cJSON *k = cJSON_Duplicate(kernels, true), *x = i < 0 ? NULL : cJSON_Parse(cpu_xgemm_sets[i]);
+    if (k && x) {
+      cJSON_DeleteItemFromObjectCaseSensitive(k, "Xgemm");
+      cJSON_AddItemToObject(k, "Xgemm", x);
+      cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
+      cJSON_AddNumberToObject(cJSON_AddObjectToObject(k, "RelclGemm"), "K_CHUNK", 512);
+    }
+    char *text = k ? cJSON_PrintUnformatted(k) : NULL;
+    cJSON_Delete(k);
+    snprintf(file, sizeof file, "%s/cpu-set-%d.json", dir, i + 1);
+    double ms = 0;
+    bool ok = text && write_candidate(file, head, text) &&
+              time_long_products(spec, file, rows, wide, 2, &ms, err, sizeof err) == 0;
+    bool wrote = text != NULL;
+    free(text);
+    if (!ok) {
+      printf(" %s: failed (%s);", i < 0 ? "tuners'" : "set", wrote ? err : "out of memory");
+      continue;
+    }
+    printf(" %s %.1f ms%s", i < 0 ? "tuners'" : "", ms, i + 1 < N_CPU_SETS ? "," : "");
+    fflush(stdout);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "set", i < 0 ? "tuners" : "cpu");
+    if (i >= 0) cJSON_AddItemToObject(e, "Xgemm", cJSON_Parse(cpu_xgemm_sets[i]));
+    cJSON_AddNumberToObject(e, "ms", ms);
+    cJSON_AddItemToArray(sets, e);
+    if (i < 0) tuners_ms = ms;
+    else if (ms < best_ms) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  cJSON_AddItemToObject(measured, "XgemmCpuSweep", sets);
+  *beat = best >= 0 && best_ms < tuners_ms;
+  if (best < 0) {
+    printf("; no set could be timed\n");
+    return NULL;
+  }
+  printf("; fastest set: %d (%.0f%% of the tuners' time)\n", best + 1, 100 * best_ms / tuners_ms);
+  cJSON *k = cJSON_Duplicate(kernels, true);
+  cJSON_DeleteItemFromObjectCaseSensitive(k, "Xgemm");
+  cJSON_AddItemToObject(k, "Xgemm", cJSON_Parse(cpu_xgemm_sets[best]));
+  cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
+  char *text = cJSON_PrintUnformatted(k);
+  cJSON_Delete(k);
+  return text;
+}
+
 /* Time every candidate on relcl's training step, in interleaved rounds (so that a change in
  * the machine's load hits all alike), print the table and return the fastest one's index,
  * or -1 when no run succeeded. */
@@ -1015,10 +1119,28 @@ int main(int argc, char **argv) {
       choose_k_chunk(spec, tmp, root, &before_kernels, quick, "RelclGemm_before", measured);
     }
   }
+  /* on a CPU, the family CLBlast's tuner hardly samples; its fastest set on the long
+   * products is a candidate of the step check (which can rank it otherwise: on the Zen 1
+   * EPYC, quick's long products put a local-memory set of the tuners' first, the step
+   * the Zen 1 set, by 0.115 to 0.135 steps/s); without a step check it replaces the
+   * tuners' set when it was faster on the long products */
+  char *cpu_kernels = NULL;
+  bool cpu_beat = false;
+  if (!strcmp(type_name, "CPU"))
+    cpu_kernels = cpu_sweep(spec, tmp, root, kernels, quick, t_start + budget * 0.7, measured,
+                            &cpu_beat);
+  if (cpu_kernels && (step || cpu_beat)) {
+    printf("  with relcl's fastest set:\n");
+    choose_k_chunk(spec, tmp, root, &cpu_kernels, quick, "RelclGemm_cpu", measured);
+  }
+  if (cpu_kernels && !step && cpu_beat) {
+    cJSON_AddItemToObject(root, "tuners_kernels", kernels);
+    kernels = cJSON_Parse(cpu_kernels);
+  }
   if (step) {
     /* the tuners time each product alone; what counts is relcl's step, with its
      * transposes, odd sizes and the switch between the direct and indirect kernels */
-    candidate cand[3];
+    candidate cand[4];
     int nc = 0;
     memset(cand, 0, sizeof cand);
     snprintf(cand[nc].name, sizeof cand[nc].name, "this search (CLBlast's tuners)");
@@ -1027,12 +1149,19 @@ int main(int argc, char **argv) {
       snprintf(cand[nc].name, sizeof cand[nc].name, "%s", before_name);
       cand[nc++].kernels = strdup(before_kernels);
     }
+    if (cpu_kernels) {
+      snprintf(cand[nc].name, sizeof cand[nc].name, "relcl's sweep of the CPU family");
+      snprintf(cand[nc].file, sizeof cand[nc].file, "%s/candidate-cpu.json", tmp);
+      cand[nc++].kernels = cpu_kernels;
+      cpu_kernels = NULL;
+    }
     snprintf(cand[nc].name, sizeof cand[nc].name, "CLBlast's defaults");
     snprintf(cand[nc++].file, sizeof cand[0].file, "off");
     bool ok = true;
     for (int i = 0; i < nc && ok; i++)
       if (cand[i].kernels) {
-        snprintf(cand[i].file, sizeof cand[i].file, "%s/candidate-%d.json", tmp, i);
+        if (!cand[i].file[0])
+          snprintf(cand[i].file, sizeof cand[i].file, "%s/candidate-%d.json", tmp, i);
         ok = write_candidate(cand[i].file, root, cand[i].kernels);
       }
     double left = budget - (now() - t_start);
@@ -1057,6 +1186,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nc; i++) free(cand[i].kernels);
   }
   free(before_kernels);
+  free(cpu_kernels);
   char note[512];
   snprintf(note, sizeof note, "made by relcl-tune%s in %.0f s (budget %.0f s)",
            quick ? " --quick" : "", now() - t_start, budget);

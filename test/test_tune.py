@@ -54,7 +54,8 @@ def main():
         bench = os.path.join(tmp, "fake-bench")
         with open(bench, "w") as f:
             f.write("#!/bin/sh\ncase \"$RELCL_TUNING\" in\n"
-                    "  off) s=0.3 ;;\n  *candidate-0.json) s=0.5 ;;\n  *) s=0.2 ;;\nesac\n"
+                    "  off) s=0.3 ;;\n  *candidate-0.json) s=0.5 ;;\n"
+                    "  *candidate-cpu.json) s=0.1 ;;\n  *) s=0.2 ;;\nesac\n"
                     "echo \"{\\\"tuning\\\": \\\"x\\\", \\\"seconds_per_step\\\": $s}\"\n")
         os.chmod(bench, stat.S_IRWXU)
         r = run([tune, *tiny, "--step-check", "quick", "--bench", bench, "--output", out])
@@ -99,7 +100,33 @@ def main():
               and names[-1] == "CLBlast's defaults"
               and all(len(c.get("seconds_per_step", [])) >= 1 for c in cands),
               f"the step check timed every candidate: {cands}")
-        want = names[1] if len(names) == 3 else "CLBlast's defaults"
+        # on a CPU, relcl's own Xgemm sets without local memory are timed on the long
+        # products beside the tuners' (the first set whatever the budget); the fastest set,
+        # with its own K_CHUNK, is a step-check candidate (fastest of all in the fake bench)
+        sweep = tuned.get("measured", {}).get("XgemmCpuSweep")
+        cpu_name = "relcl's sweep of the CPU family"
+        if tuned.get("device_type") == "CPU":
+            ok = (isinstance(sweep, list) and len(sweep) >= 2
+                  and sweep[0].get("set") == "tuners"
+                  and all(e.get("ms", 0) > 0 for e in sweep)
+                  and all(e.get("set") == "cpu" and e.get("Xgemm", {}).get("SA") == 0
+                          for e in sweep[1:]))
+            if check(ok, f"a CPU device: the tuners' Xgemm and relcl's sets timed: {sweep}"):
+                fastest = min(sweep[1:], key=lambda e: e["ms"])
+                check(cpu_name in names, f"the fastest set is a step-check candidate: {names}")
+                kc = tuned.get("measured", {}).get("RelclGemm_cpu", {})
+                check(sorted(kc, key=int) == ["0", "256", "512", "1024"],
+                      f"K_CHUNK timed for the fastest set: {kc}")
+                check(kernels.get("Xgemm") == fastest["Xgemm"],
+                      f"chosen, the file holds the fastest set: {kernels.get('Xgemm')}")
+                if kc:
+                    best_chunk = int(min(kc, key=lambda c: kc[c]))
+                    check(kernels.get("RelclGemm", {}).get("K_CHUNK", 0) == best_chunk,
+                          f"with its fastest K_CHUNK {best_chunk}: {kernels.get('RelclGemm')}")
+        if cpu_name in names:
+            want = cpu_name
+        else:
+            want = names[1] if len(names) == 3 else "CLBlast's defaults"
         check(sc.get("chosen") == want,
               f"the fastest candidate is chosen: {sc.get('chosen')} (want {want})")
         check("tuners_kernels" in tuned and (kernels == {}) == (want == "CLBlast's defaults")
