@@ -5,6 +5,8 @@
  * still checks. Counts are (relcl__check_buf_count() - c0) (this thread), so the test links the
  * static library. */
 #include "internal.h"
+
+#include <string.h>
 #include "relcl_data.h"
 #include "relcl_layers.h"
 #include "relcl_model.h"
@@ -67,6 +69,24 @@ int main(void) {
   relcl_status s = relcl_relu_forward(ctx, 16, relcl_buf_at(small, 0), relcl_buf_at(small, 0));
   tu_check(s == RELCL_ERR_BUFFER_TOO_SMALL && (relcl__check_buf_count() - c0) >= 1,
            "public relcl_relu_forward checks its buffers: %s", relcl_last_error());
+  clReleaseMemObject(small);
+
+  /* a kernel argument OpenCL refuses is named in the error, not the last one set after it */
+  relcl__kernel_entry *k = NULL;
+  TU_OK(relcl__kernel(ctx, "util", "fill", &k));
+  TU_OK(relcl_alloc(ctx, 8, &small));
+  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  cl_uint count = 8;
+  double wrong_size = 0; /* argument 1 is a uint */
+  float value = 1;
+  RELCL__ARG(&a, small);
+  RELCL__ARG(&a, wrong_size);
+  RELCL__ARG(&a, count);
+  RELCL__ARG(&a, value);
+  size_t global = 8, local = 8;
+  s = relcl__launch(ctx, k, &a, 1, &global, &local);
+  tu_check(s != RELCL_OK && strstr(relcl_last_error(), "clSetKernelArg(fill, argument 1)"),
+           "a refused kernel argument is named: %s", relcl_last_error());
   clReleaseMemObject(small);
 
   relcl_model_destroy(m);
