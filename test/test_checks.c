@@ -5,12 +5,12 @@
  * still checks. Counts are (relcl__check_buf_count() - c0) (this thread), so the test links the
  * static library. */
 #include "internal.h"
-
-#include <string.h>
 #include "relcl_data.h"
 #include "relcl_layers.h"
 #include "relcl_model.h"
 #include "testutil.h"
+
+#include <string.h>
 
 enum { B = 2, S = 5, T = 5 };
 
@@ -75,7 +75,7 @@ int main(void) {
   relcl__kernel_entry *k = NULL;
   TU_OK(relcl__kernel(ctx, "util", "fill", &k));
   TU_OK(relcl_alloc(ctx, 8, &small));
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint count = 8;
   double wrong_size = 0; /* argument 1 is a uint */
   float value = 1;

@@ -265,7 +265,7 @@ static relcl_status launch3(relcl_context *ctx, relcl__kernel_entry *k, const re
 static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   relcl__kernel_entry *k;
   TRY(relcl__kernel(d->ctx, "decode", "cache_put", &k));
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   int ld = 3 * d->D;
   relcl__buf_arg(&a, Wk(d, d->qkv + col), NULL);
   RELCL__ARG(&a, ld);
@@ -296,7 +296,7 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   cl_uint stride = (cl_uint)kv_stride;
   int k = c->max_rel;
   float scale = (float)(1.0 / sqrt((double)d->dh));
-  relcl__args a = {kern->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {kern->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, Q, NULL);
   relcl__buf_arg(&a, K, NULL);
   relcl__buf_arg(&a, V, NULL);
@@ -328,7 +328,7 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
 static relcl_status cache_gather(relcl_decoder *d, relcl_buf src, relcl_buf dst, int n) {
   relcl__kernel_entry *k;
   TRY(relcl__kernel(d->ctx, "decode", "cache_gather", &k));
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, Id(d, I_FROM), NULL);
   relcl__buf_arg(&a, src, NULL);
   relcl__buf_arg(&a, dst, NULL);
@@ -487,7 +487,7 @@ relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_bu
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "decode", "row_topk", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, z, NULL);
   RELCL__ARG(&a, V);
   RELCL__ARG(&a, N);

@@ -246,7 +246,7 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
   {
     int flags = p.flags | (p.rel ? RELCL_GATHER : 0) | (p.rel_v ? RELCL_BUCKET : 0) |
                 (key_len.mem ? RELCL_KEY_LEN : 0);
-    relcl__args a = {kern->kernel, 0, CL_SUCCESS, 0};
+    relcl__args a = {kern->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, Sb, S);
     relcl__buf_arg(&a, Pb, S);
     relcl__buf_arg(&a, probs, S);
@@ -322,7 +322,7 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
 
   /* alpha' and its label sums B', as the forward pass had them */
   if (Am || p.rel_v) {
-    relcl__args a = {kdrop->kernel, 0, CL_SUCCESS, 0};
+    relcl__args a = {kdrop->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, probs, Dm);
     relcl__buf_arg(&a, relcl_buf_at(Am, 0), Dm);
     relcl__buf_arg(&a, Bb, Dm);
@@ -344,7 +344,7 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   if (st == RELCL_OK && p.rel_v) st = labels_from(ctx, &p, desc->per_head, dZ, wV, Gb);
   if (st != RELCL_OK) goto done;
   {
-    relcl__args a = {kbwd->kernel, 0, CL_SUCCESS, 0};
+    relcl__args a = {kbwd->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, Db, Dm);
     relcl__buf_arg(&a, Gb, Dm);
     relcl__buf_arg(&a, probs, Dm);

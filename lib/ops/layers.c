@@ -86,7 +86,7 @@ static relcl_status colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off,
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "colsum_finish", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   int flags = accumulate ? RELCL_ACCUMULATE : 0;
   relcl__buf_arg(&a, relcl_buf_at(part, p_off), part);
   relcl__buf_arg(&a, y, part);
@@ -106,7 +106,7 @@ relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, gain, NULL);
   relcl__buf_arg(&a, bias, NULL);
@@ -152,7 +152,7 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     if ((st = relcl__kernel(ctx, "layers", "ln_param_partial", &k)) != RELCL_OK) goto done;
     if ((st = relcl__pool_get(ctx, 2 * (size_t)chunks * (size_t)d * 4, &part)) != RELCL_OK)
       goto done;
-    relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, x, NULL);
     relcl__buf_arg(&a, mean, NULL);
     relcl__buf_arg(&a, rstd, NULL);
@@ -171,7 +171,7 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
   }
   if ((st = relcl__kernel(ctx, "layers", "ln_bwd", &k)) != RELCL_OK) goto done;
   {
-    relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
     int flags = accumulate ? RELCL_ACCUMULATE : 0;
     relcl__buf_arg(&a, x, NULL);
     relcl__buf_arg(&a, gain, NULL);
@@ -220,7 +220,7 @@ relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int voca
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "embed_fwd", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, ids, NULL);
   relcl__buf_arg(&a, table, NULL);
   relcl__buf_arg(&a, out, NULL);
@@ -286,7 +286,7 @@ relcl_status relcl__embedding_backward(relcl_context *ctx, int n_tokens, int d, 
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "embed_bwd", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, tokens, NULL);
   relcl__buf_arg(&a, offsets, NULL);
   relcl__buf_arg(&a, positions, NULL);
@@ -350,7 +350,7 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, fl
   flags |= (p > 0.0f ? RELCL_DROP : 0) | (res.mem ? RELCL_RESIDUAL : 0) |
            (bias.mem ? RELCL_BIAS : 0);
   cl_uint count = (cl_uint)n, ncols = (cl_uint)cols;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, bias, x.mem);
   relcl__buf_arg(&a, res, x.mem);
@@ -412,7 +412,7 @@ static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, re
   if (st != RELCL_OK || b.mem == NULL) return st;
   relcl__kernel_entry *k;
   if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, y, NULL);
   RELCL__ARG(&a, out);
   relcl__buf_arg(&a, b, NULL);
@@ -500,7 +500,7 @@ static relcl_status elementwise(relcl_context *ctx, const char *kernel, size_t n
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", kernel, &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint count = (cl_uint)n;
   for (int i = 0; i < nbufs; i++) relcl__buf_arg(&a, bufs[i], NULL);
   RELCL__ARG(&a, count);
@@ -555,7 +555,7 @@ relcl_status relcl__vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_b
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "axpby", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint count = (cl_uint)n;
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, y, NULL);
@@ -603,7 +603,7 @@ static relcl_status heads_launch(relcl_context *ctx, const char *kname, int part
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", kname, &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
   if (split) RELCL__ARG(&a, ld);
   relcl__buf_arg(&a, y, NULL);
@@ -651,7 +651,7 @@ relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, 
   if ((st = relcl__pool_get(ctx, (size_t)chunks * (size_t)cols * 4, &part)) != RELCL_OK)
     goto done;
   {
-    relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, x, NULL);
     RELCL__ARG(&a, ld);
     RELCL__ARG(&a, part);
@@ -688,7 +688,7 @@ static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, s
   relcl_status st = relcl__kernel(ctx, "optim", "sum_block", &k);
   if (st != RELCL_OK) return st;
   cl_uint count = (cl_uint)n, block = (cl_uint)((n + blocks - 1) / blocks);
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, part, NULL);
   RELCL__ARG(&a, count);
@@ -727,7 +727,7 @@ relcl_status relcl__xent_forward_backward(relcl_context *ctx, int rows, int V, f
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "loss", "xent_rows", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   int flags = dlogits.mem ? RELCL_WRITE_GRAD : 0;
   relcl__buf_arg(&a, logits, NULL);
   relcl__buf_arg(&a, targets, NULL);
@@ -767,7 +767,7 @@ relcl_status relcl__argmax_rows(relcl_context *ctx, int rows, int cols, relcl_bu
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "loss", "argmax_rows", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
   RELCL__ARG(&a, ld);
   relcl__buf_arg(&a, out, NULL);
@@ -809,7 +809,7 @@ relcl_status relcl__adam_update(relcl_context *ctx, size_t n, const relcl_adam_a
         cn = args->clip_norm;
   int flags = clip ? RELCL_CLIP : 0;
   cl_uint count = (cl_uint)n;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, param, NULL);
   relcl__buf_arg(&a, grad, NULL);
   relcl__buf_arg(&a, m, NULL);

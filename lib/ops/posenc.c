@@ -21,7 +21,7 @@ relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "posenc", "posenc_add", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint off = (cl_uint)x.offset;
   RELCL__ARG(&a, x.mem);
   RELCL__ARG(&a, off);

@@ -80,7 +80,7 @@ relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t 
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "util", "fill", &k);
   if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS, 0};
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
   cl_uint off = (cl_uint)dst.offset, count = (cl_uint)n;
   RELCL__ARG(&a, dst.mem);
   RELCL__ARG(&a, off);

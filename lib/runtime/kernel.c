@@ -40,7 +40,7 @@ relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const rel
                            cl_uint dims, const size_t *global, const size_t *local) {
   if (args->err != CL_SUCCESS) {
     char what[160];
-    snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", k->name, args->failed);
+    snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", k->name, args->index);
     return relcl__cl_fail(args->err, what);
   }
   for (cl_uint i = 0; i < dims; i++)

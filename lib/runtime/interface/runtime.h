@@ -26,16 +26,14 @@ relcl_status relcl__kernel(relcl_context *ctx, const char *family, const char *n
 /* Kernel arguments in order: RELCL__ARG(&args, x) for each; the first failure sticks. */
 typedef struct relcl__args {
   cl_kernel kernel;
-  cl_uint index;
+  cl_uint index; /* the next argument; after a failure, the one that failed */
   cl_int err;
-  cl_uint failed; /* the argument whose clSetKernelArg failed first (when err is set) */
 } relcl__args;
 
 static inline void relcl__arg(relcl__args *a, size_t size, const void *value) {
   if (a->err == CL_SUCCESS &&
-      (a->err = clSetKernelArg(a->kernel, a->index, size, value)) != CL_SUCCESS)
-    a->failed = a->index;
-  a->index++;
+      (a->err = clSetKernelArg(a->kernel, a->index, size, value)) == CL_SUCCESS)
+    a->index++;
 }
 #define RELCL__ARG(a, x) relcl__arg((a), sizeof(x), &(x))
 
