@@ -538,6 +538,38 @@ static bool write_candidate(const char *path, const cJSON *head, const char *ker
 
 /* ---- relcl's own GEMM parameter: RelclGemm K_CHUNK (lib/runtime/tuning.c) ---- */
 
+/* The long products' sizes (time_long_products): tokens and the wide inner dimension. */
+static int long_rows(bool quick) { return quick ? 2048 : 4096; }
+static int long_wide(bool quick) { return quick ? 4096 : 8192; }
+
+/* Sets the entry `name` of a "kernels" object to `value` (taken; NULL: the entry removed). */
+static void set_entry(cJSON *kernels, const char *name, cJSON *value) {
+  cJSON_DeleteItemFromObjectCaseSensitive(kernels, name);
+  if (value) cJSON_AddItemToObject(kernels, name, value);
+}
+
+/* JSON text (to free) of a copy of `kernels` with its entry `name` set to `value` (taken). */
+static char *kernels_with(const cJSON *kernels, const char *name, cJSON *value) {
+  cJSON *k = cJSON_Duplicate(kernels, true);
+  char *text = NULL;
+  if (k) {
+    set_entry(k, name, value);
+    text = cJSON_PrintUnformatted(k);
+  } else {
+    cJSON_Delete(value);
+  }
+  cJSON_Delete(k);
+  return text;
+}
+
+/* {"K_CHUNK": chunk}, or NULL for 0 (no entry: every product in one call) */
+static cJSON *k_chunk_entry(int chunk) {
+  if (chunk == 0) return NULL;
+  cJSON *g = cJSON_CreateObject();
+  cJSON_AddNumberToObject(g, "K_CHUNK", chunk);
+  return g;
+}
+
 /* Device milliseconds of relcl's products with a long inner dimension under the tuning file
  * `file` (a fresh context applies it): a linear layer's backward over `rows` tokens (dW =
  * dy^T x, inner dimension rows; dx = dy W, inner dimension 1024) and a forward with a wide
@@ -590,33 +622,29 @@ static int time_long_products(const char *spec, const char *file, int rows, int 
 
 /* Choose RelclGemm K_CHUNK for `kernels` (JSON text of a "kernels" object) by timing the
  * long products with each chunk in turn, in interleaved rounds; adds the winner to *kernels
- * (0: no entry, every product in one call) and the times to measured[key]. */
-static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head, char **kernels,
-                           bool quick, const char *key, cJSON *measured) {
+ * (0: no entry, every product in one call) and the times to measured[key]. Returns the
+ * winner's milliseconds, 0 when nothing was measured. */
+static double choose_k_chunk(const char *spec, const char *dir, const cJSON *head,
+                             char **kernels, bool quick, const char *key, cJSON *measured) {
   static const int chunks[] = {0, 256, 512, 1024};
   enum { NC = sizeof chunks / sizeof *chunks };
-  const int rows = quick ? 2048 : 4096, wide = quick ? 4096 : 8192, rounds = quick ? 1 : 2;
+  const int rows = long_rows(quick), wide = long_wide(quick), rounds = quick ? 1 : 2;
   double best[NC];
   char files[NC][4300];
   printf("    relcl's products with a long inner dimension (1024x256x%d, %dx256x1024, "
          "%dx256x%d), by K_CHUNK:", rows, rows, rows / 4, wide);
   fflush(stdout);
+  cJSON *parsed = cJSON_Parse(*kernels);
+  if (parsed == NULL) return 0;
   for (int c = 0; c < NC; c++) {
-    cJSON *k = cJSON_Parse(*kernels);
-    if (k == NULL) return;
-    cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
-    if (chunks[c]) {
-      cJSON *g = cJSON_AddObjectToObject(k, "RelclGemm");
-      cJSON_AddNumberToObject(g, "K_CHUNK", chunks[c]);
-    }
-    char *text = cJSON_PrintUnformatted(k);
-    cJSON_Delete(k);
+    char *text = kernels_with(parsed, "RelclGemm", k_chunk_entry(chunks[c]));
     snprintf(files[c], sizeof files[c], "%s/%s-k-chunk-%d.json", dir, key, chunks[c]);
     bool ok = text && write_candidate(files[c], head, text);
     free(text);
     if (!ok) {
       printf(" cannot write %s: not measured\n", files[c]);
-      return;
+      cJSON_Delete(parsed);
+      return 0;
     }
     best[c] = 1e30;
   }
@@ -626,7 +654,8 @@ static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head,
       double ms;
       if (time_long_products(spec, files[c], rows, wide, 2, &ms, err, sizeof err)) {
         printf(" failed (%s): not measured\n", err);
-        return;
+        cJSON_Delete(parsed);
+        return 0;
       }
       if (ms < best[c]) best[c] = ms;
     }
@@ -640,14 +669,13 @@ static void choose_k_chunk(const char *spec, const char *dir, const cJSON *head,
     if (best[c] < best[win]) win = c;
   }
   printf("; K_CHUNK %d\n", chunks[win]);
-  if (chunks[win]) {
-    cJSON *k = cJSON_Parse(*kernels);
-    cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(k, "RelclGemm"), "K_CHUNK", chunks[win]);
+  char *text = kernels_with(parsed, "RelclGemm", k_chunk_entry(chunks[win]));
+  cJSON_Delete(parsed);
+  if (text) {
     free(*kernels);
-    *kernels = cJSON_PrintUnformatted(k);
-    cJSON_Delete(k);
+    *kernels = text;
   }
+  return best[win];
 }
 
 /* ---- relcl's own search of the Xgemm family that wins on CPU devices ---- */
@@ -684,70 +712,70 @@ static const char *const cpu_xgemm_sets[] = {
 };
 enum { N_CPU_SETS = sizeof cpu_xgemm_sets / sizeof *cpu_xgemm_sets };
 
-/* On a CPU device: time relcl's long products (time_long_products) with the tuners' kernels
- * and with each set above in their place (the rest of the kernels kept, K_CHUNK 512, which
- * keeps a slice's operands in the caches of the CPUs measured so far), the tuners' and the
- * first set whatever the time, the others while `until` (an absolute now()) is ahead.
- * Records the times in measured["XgemmCpuSweep"]; returns the kernels (JSON text, to free)
- * of the fastest set, NULL when none ran, and whether it beat the tuners' in *beat. */
+/* On a CPU device: time relcl's long products (time_long_products) with each set above in
+ * place of the tuners' Xgemm (the rest of the kernels kept, K_CHUNK 512, which keeps a
+ * slice's operands in the caches of the CPUs measured so far), the first set whatever the
+ * time, the others while `until` (an absolute now()) is ahead. tuners_ms is the tuners'
+ * kernels' time on the same products (choose_k_chunk's; 0: unknown). Records the times,
+ * the tuners' first, in measured["XgemmCpuSweep"]; returns the kernels (JSON text, to
+ * free, without K_CHUNK) of the fastest set, NULL when none ran, and in *beat whether it
+ * beat the tuners'. */
 static char *cpu_sweep(const char *spec, const char *dir, const cJSON *head, const cJSON *kernels,
-                       bool quick, double until, cJSON *measured, bool *beat) {
-  const int rows = quick ? 2048 : 4096, wide = quick ? 4096 : 8192;
+                       double tuners_ms, bool quick, double until, cJSON *measured, bool *beat) {
   char file[4300], err[512];
-  double best_ms = 1e30, tuners_ms = 1e30;
+  double best_ms = 1e30;
   int best = -1;
-  cJSON *sets = cJSON_CreateArray();
+  cJSON *sets = cJSON_AddArrayToObject(measured, "XgemmCpuSweep");
+  cJSON *k = cJSON_Duplicate(kernels, true); /* the tuners' kernels, Xgemm replaced below */
+  if (k == NULL) return NULL;
   printf("  relcl's sweep of the Xgemm family without local memory (CPU devices), on the "
-         "long products:");
+         "long products (the tuners' kernels: %.1f ms):", tuners_ms);
   fflush(stdout);
-  for (int i = -1; i < N_CPU_SETS; i++) { /* -1: the tuners' own parameters */
+  if (tuners_ms > 0) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "set", "tuners");
+    cJSON_AddNumberToObject(e, "ms", tuners_ms);
+    cJSON_AddItemToArray(sets, e);
+  }
+  for (int i = 0; i < N_CPU_SETS; i++) {
     if (i > 0 && now() > until) {
       printf(" (the budget ends the sweep after %d of %d sets)", i, N_CPU_SETS);
       break;
     }
-    cJSON *k = cJSON_Duplicate(kernels, true), *x = i < 0 ? NULL : cJSON_Parse(cpu_xgemm_sets[i]);
-    if (k && x) {
-      cJSON_DeleteItemFromObjectCaseSensitive(k, "Xgemm");
-      cJSON_AddItemToObject(k, "Xgemm", x);
-      cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
-      cJSON_AddNumberToObject(cJSON_AddObjectToObject(k, "RelclGemm"), "K_CHUNK", 512);
-    }
-    char *text = k ? cJSON_PrintUnformatted(k) : NULL;
-    cJSON_Delete(k);
+    set_entry(k, "Xgemm", cJSON_Parse(cpu_xgemm_sets[i]));
+    char *text = kernels_with(k, "RelclGemm", k_chunk_entry(512));
     snprintf(file, sizeof file, "%s/cpu-set-%d.json", dir, i + 1);
     double ms = 0;
     bool ok = text && write_candidate(file, head, text) &&
-              time_long_products(spec, file, rows, wide, 2, &ms, err, sizeof err) == 0;
+              time_long_products(spec, file, long_rows(quick), long_wide(quick), 2, &ms, err,
+                                 sizeof err) == 0;
     bool wrote = text != NULL;
     free(text);
     if (!ok) {
-      printf(" %s: failed (%s);", i < 0 ? "tuners'" : "set", wrote ? err : "out of memory");
+      printf(" set %d: failed (%s);", i + 1, wrote ? err : "out of memory");
       continue;
     }
-    printf(" %s %.1f ms%s", i < 0 ? "tuners'" : "", ms, i + 1 < N_CPU_SETS ? "," : "");
+    printf(" %.1f ms%s", ms, i + 1 < N_CPU_SETS ? "," : "");
     fflush(stdout);
     cJSON *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(e, "set", i < 0 ? "tuners" : "cpu");
-    if (i >= 0) cJSON_AddItemToObject(e, "Xgemm", cJSON_Parse(cpu_xgemm_sets[i]));
+    cJSON_AddStringToObject(e, "set", "cpu");
+    cJSON_AddItemToObject(e, "Xgemm", cJSON_Parse(cpu_xgemm_sets[i]));
     cJSON_AddNumberToObject(e, "ms", ms);
     cJSON_AddItemToArray(sets, e);
-    if (i < 0) tuners_ms = ms;
-    else if (ms < best_ms) {
+    if (ms < best_ms) {
       best_ms = ms;
       best = i;
     }
   }
-  cJSON_AddItemToObject(measured, "XgemmCpuSweep", sets);
-  *beat = best >= 0 && best_ms < tuners_ms;
+  *beat = best >= 0 && (tuners_ms <= 0 || best_ms < tuners_ms);
   if (best < 0) {
     printf("; no set could be timed\n");
+    cJSON_Delete(k);
     return NULL;
   }
-  printf("; fastest set: %d (%.0f%% of the tuners' time)\n", best + 1, 100 * best_ms / tuners_ms);
-  cJSON *k = cJSON_Duplicate(kernels, true);
-  cJSON_DeleteItemFromObjectCaseSensitive(k, "Xgemm");
-  cJSON_AddItemToObject(k, "Xgemm", cJSON_Parse(cpu_xgemm_sets[best]));
-  cJSON_DeleteItemFromObjectCaseSensitive(k, "RelclGemm");
+  printf("; fastest set: %d\n", best + 1);
+  set_entry(k, "Xgemm", cJSON_Parse(cpu_xgemm_sets[best]));
+  set_entry(k, "RelclGemm", NULL);
   char *text = cJSON_PrintUnformatted(k);
   cJSON_Delete(k);
   return text;
@@ -1100,11 +1128,12 @@ int main(int argc, char **argv) {
   if (cpu[0]) cJSON_AddStringToObject(root, "cpu", cpu); /* PoCL names Zen 1 and 2 alike */
   cJSON_AddStringToObject(root, "platform_version", pversion);
   cJSON_AddItemToObject(root, "measured", measured);
+  double tuners_ms = 0; /* the tuners' kernels on the long products, at their K_CHUNK */
   { /* with the tuners' kernels in force: relcl's own split of long products */
     char *text = cJSON_PrintUnformatted(kernels);
     if (text) {
       printf("  with the tuners' kernels:\n");
-      choose_k_chunk(spec, tmp, root, &text, quick, "RelclGemm", measured);
+      tuners_ms = choose_k_chunk(spec, tmp, root, &text, quick, "RelclGemm", measured);
       cJSON *k = cJSON_Parse(text);
       if (k) {
         cJSON_Delete(kernels);
@@ -1127,8 +1156,8 @@ int main(int argc, char **argv) {
   char *cpu_kernels = NULL;
   bool cpu_beat = false;
   if (!strcmp(type_name, "CPU"))
-    cpu_kernels = cpu_sweep(spec, tmp, root, kernels, quick, t_start + budget * 0.7, measured,
-                            &cpu_beat);
+    cpu_kernels = cpu_sweep(spec, tmp, root, kernels, tuners_ms, quick, t_start + budget * 0.7,
+                            measured, &cpu_beat);
   if (cpu_kernels && (step || cpu_beat)) {
     printf("  with relcl's fastest set:\n");
     choose_k_chunk(spec, tmp, root, &cpu_kernels, quick, "RelclGemm_cpu", measured);
