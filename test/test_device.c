@@ -13,17 +13,11 @@
  * leaves the CPU model out, as files written before relcl knew it do. */
 static void write_tuning(const char *path, const char *device, const char *driver,
                          const char *platform, const char *type, const char *cpu) {
-  FILE *f = fopen(path, "w");
-  if (!f) return;
-  fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"platform\": \"%s\", "
-             "\"device_type\": \"%s\", ",
-          device, driver, platform, type);
-  if (cpu) fprintf(f, "\"cpu\": \"%s\", ", cpu);
-  fprintf(f, "\"kernels\": {\"Xgemm\": "
-             "{\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2, \"MDIMA\": 8, "
-             "\"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32, "
-             "\"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 1, \"VWN\": 1}}}\n");
-  fclose(f);
+  tu_write_tuning(path, device, driver, platform, type, cpu,
+                  "{\"Xgemm\": "
+                  "{\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2, \"MDIMA\": 8, "
+                  "\"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32, "
+                  "\"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 1, \"VWN\": 1}}");
 }
 
 /* The host CPU's model read from /proc/cpuinfo ("AuthenticAMD family 23 model 1"), to check

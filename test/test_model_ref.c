@@ -35,6 +35,8 @@
 #include "relcl_data.h"
 #include "testutil.h"
 
+#include <unistd.h>
+
 static const double LOSS_TOL = 1e-6, LOGIT_TOL = 2e-6, GRAD_TOL = 3e-5, GRAD_FLOOR = 1e-2;
 static const double REF_FD_TOL = 1e-7;
 
@@ -213,21 +215,18 @@ static relcl_context *with_k_chunk(relcl_context *ctx, long chunk) {
   clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
   static char path[] = "/tmp/relcl-test-kchunk-XXXXXX";
   int fd = mkstemp(path);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (f == NULL) {
+  if (fd < 0) {
     perror(path);
     exit(1);
   }
-  fprintf(f,
-          "{\"device\": \"%s\", \"driver\": \"%s\", \"platform\": \"%s\", "
-          "\"device_type\": \"%s\", \"cpu\": \"%s\", "
-          "\"kernels\": {\"RelclGemm\": {\"K_CHUNK\": %ld}}}\n",
-          name, driver, pname,
-          type & CL_DEVICE_TYPE_GPU   ? "GPU"
-          : type & CL_DEVICE_TYPE_CPU ? "CPU"
-                                      : "OTHER",
-          relcl_context_host_cpu(ctx), chunk);
-  fclose(f);
+  close(fd);
+  char kernels[64];
+  snprintf(kernels, sizeof kernels, "{\"RelclGemm\": {\"K_CHUNK\": %ld}}", chunk);
+  tu_write_tuning(path, name, driver, pname,
+                  type & CL_DEVICE_TYPE_GPU   ? "GPU"
+                  : type & CL_DEVICE_TYPE_CPU ? "CPU"
+                                              : "OTHER",
+                  relcl_context_host_cpu(ctx), kernels);
   relcl_context_destroy(ctx);
   setenv("RELCL_TUNING", path, 1);
   ctx = tu_context();

@@ -112,6 +112,24 @@ static inline relcl_model_config tu_small_model_config(void) {
   return c;
 }
 
+/* A relcl tuning file (lib/runtime/tuning.c) for the device named so, with `kernels` (the
+ * JSON text of its "kernels" object) and, when cpu is not NULL, the CPU model. */
+static inline void tu_write_tuning(const char *path, const char *device, const char *driver,
+                                   const char *platform, const char *type, const char *cpu,
+                                   const char *kernels) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"platform\": \"%s\", "
+             "\"device_type\": \"%s\", ",
+          device, driver, platform, type);
+  if (cpu) fprintf(f, "\"cpu\": \"%s\", ", cpu);
+  fprintf(f, "\"kernels\": %s}\n", kernels);
+  fclose(f);
+}
+
 static inline relcl_context *tu_context(void) {
   relcl_context *ctx = NULL;
   TU_OK(relcl_context_create(&ctx, NULL));
