@@ -86,7 +86,9 @@ relcl_status relcl_context_create(relcl_context **ctx, const char *device);
  * the queue was created with CL_QUEUE_PROFILING_ENABLE. */
 relcl_status relcl_context_create_from_cl(relcl_context **ctx, cl_context cl,
                                           cl_command_queue queue);
-/* Waits for the queue, then releases what relcl created (see above for a caller's queue). */
+/* Waits for the queue, then releases what relcl created (see above for a caller's queue).
+ * The last relcl context of the process also clears CLBlast's cache of built programs (every
+ * context's, a CLBlast caller's own included: they are built again when next used). */
 void relcl_context_destroy(relcl_context *ctx);
 
 cl_context relcl_context_cl(const relcl_context *ctx);

@@ -119,8 +119,9 @@ int main(void) {
   clReleaseMemObject(foreign);
 
   relcl_context_destroy(own);
-  /* The context's count may stay above c_refs: CLBlast caches its compiled GEMM programs
-   * per cl_context (each holds a reference) until the process ends. */
+  /* The context's count may stay above c_refs while another relcl context lives (ref here):
+   * CLBlast caches its compiled GEMM programs per cl_context, each holding a reference. The
+   * last relcl context clears that cache: checked at the end. */
   tu_check(refcount_queue(queue) == q_refs && refcount_context(cl) >= c_refs,
            "after destroy the caller's queue holds %u reference(s) as before (%u), the "
            "context at least its %u (%u)",
@@ -166,5 +167,24 @@ int main(void) {
              relcl_status_str(w[i].st));
 
   relcl_context_destroy(ref);
+
+  /* The last relcl context of the process takes CLBlast's programs with it: after it, the
+   * caller's cl_context holds only its own reference again, and a driver never sees a
+   * program released after its context (at exit, Oclgrind 21.10 corrupts memory then). */
+  cl = clCreateContext(props, 1, &dev, NULL, NULL, &err);
+  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateContext");
+  queue = clCreateCommandQueue(cl, dev, 0, &err);
+  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateCommandQueue");
+  c_refs = refcount_context(cl);
+  TU_OK(relcl_context_create_from_cl(&own, cl, queue));
+  TU_OK(attend(own, zown));
+  cl_uint during = refcount_context(cl);
+  relcl_context_destroy(own);
+  tu_check(refcount_context(cl) == c_refs,
+           "the last relcl context released CLBlast's programs: the caller's cl_context holds "
+           "%u reference(s) as before relcl (%u; %u while relcl's context lived)",
+           refcount_context(cl), c_refs, during);
+  clReleaseCommandQueue(queue);
+  clReleaseContext(cl);
   return tu_finish();
 }

@@ -65,6 +65,19 @@ def mpirun(ranks, timeout=900, **extra):
     return p.returncode, p.stdout, p.stderr
 
 
+def crash(err):
+    """When a rank died of a signal: mpirun's line naming the rank, the signal, any message
+    of the C library or C++ runtime, and the rank's backtrace (Open MPI prints it), one short
+    line each, so that a failure report shows them before the logs' tails."""
+    keep = ("noticed that process rank", "Signal:", "Signal code", "Failing at", "Assertion",
+            "terminate called", "what():", "free()", "malloc", "corrupted", "stack smashing",
+            "OCLGRIND", "pocl error", "Aborted")
+    lines = [l.strip() for l in err.splitlines()]
+    said = [l for l in lines if any(k in l for k in keep)]
+    frames = [l.split("] ", 1)[-1] for l in lines if "] [" in l and "] [ 0]" not in l]
+    return "\n     ".join(said + frames[:16])
+
+
 def plain(argv, timeout=900):
     p = subprocess.run([EXE] + argv, capture_output=True, text=True, timeout=timeout, env=env())
     return p.returncode, p.stdout, p.stderr
@@ -211,7 +224,7 @@ def main():
     check(rc == 0 and len(devs) == 2 and "Portable Computing Language" in devs[0] and
           "Oclgrind" in devs[1] and os.path.exists(ckpt("X", 2)),
           "one rank on PoCL and one on Oclgrind train 2 steps together (%s)" %
-          "; ".join(devs), "rc=%d\n%s\n%s" % (rc, out[-2000:], err[-2000:]))
+          "; ".join(devs), "rc=%d\n     %s\n%s\n%s" % (rc, crash(err), out[-1500:], err[-3000:]))
 
     shutil.rmtree(work, ignore_errors=True)
     print("%d passed, %d failed" % (test_train.passed, test_train.failed))

@@ -10,6 +10,10 @@
 
 enum { MAX_PLATFORMS = 16, MAX_DEVICES = 64 };
 
+/* relcl contexts alive in the process: when the last one goes, CLBlast's program cache goes
+ * with it (relcl_context_destroy) */
+static atomic_int live_contexts;
+
 
 typedef struct device_list {
   int n_platforms;
@@ -202,6 +206,7 @@ relcl_status relcl_context_create(relcl_context **out, const char *device) {
   if (device == NULL) device = getenv("RELCL_DEVICE");
   relcl_context *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  atomic_fetch_add(&live_contexts, 1);
   relcl_status st = lookup(device, &ctx->platform, &ctx->device);
   if (st != RELCL_OK) goto fail;
 
@@ -258,6 +263,7 @@ relcl_status relcl_context_create_from_cl(relcl_context **out, cl_context cl,
 
   relcl_context *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  atomic_fetch_add(&live_contexts, 1);
   ctx->borrowed = true;
   ctx->cl = cl;
   ctx->queue = queue;
@@ -289,6 +295,12 @@ void relcl_context_destroy(relcl_context *ctx) {
   for (int i = 0; i < ctx->n_kernels; i++) clReleaseKernel(ctx->kernel[i].kernel);
   for (int i = 0; i < RELCL__MAX_PROGRAMS; i++)
     if (ctx->program[i]) clReleaseProgram(ctx->program[i]);
+  /* CLBlast keeps the programs it built, for every context, until the process exits, and
+   * releases them then, after their contexts. Drivers that do not keep a context alive for
+   * its programs corrupt memory at exit (Oclgrind 21.10 does), and a program that creates
+   * and destroys contexts would keep every one's programs. So the last relcl context clears
+   * the cache while its cl_context is alive; a later context builds them again. */
+  if (atomic_fetch_sub(&live_contexts, 1) == 1) relcl__gemm_forget();
   if (!ctx->borrowed) { /* the caller's own cl_context and queue stay the caller's */
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl) clReleaseContext(ctx->cl);

@@ -76,3 +76,5 @@ relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_
              : relcl__fail(RELCL_ERR_CLBLAST, "CLBlast rejected the parameters of %s (status %d)",
                            kernel, (int)code);
 }
+
+void relcl__gemm_forget(void) { (void)CLBlastClearCache(); }

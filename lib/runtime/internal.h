@@ -172,4 +172,8 @@ void relcl__pool_destroy(relcl__pool *pool);
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,
                                   const char *const *names, const size_t *values);
 
+/* Release every program CLBlast has built and cached, in every context (the parameters set
+ * by relcl__gemm_override stay). */
+void relcl__gemm_forget(void);
+
 #endif
