@@ -3,7 +3,9 @@
  *
  * Per row (bh, i), bh = b*H + h, row = bh*nq + i, query position pq = q_pos0 + i:
  *   S, D, A   (rows, nk)  logits, weights or their gradients
- *   P, G, Bk  (rows, R)   one value per relative label r in rlo .. rlo+R-1 (column r - rlo)
+ *   Bk, Cb    (rows, R)   one value per relative label r in rlo .. rlo+R-1 (column r - rlo)
+ *   P, G      the same values label-major (as the host's GEMM writes them): row bh*nq + i,
+ *             column c at bh * p_block + c * p_label + i
  *   r = clamp(j - pq, -k, k) + k
  * Labels 1..2k-1 each hold exactly one key (j = pq + r - k); label 0 sums the keys at or
  * left of pq - k and label 2k those at or right of pq + k; with k = 0 label 0 sums all.
@@ -84,9 +86,10 @@ inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int r
 /* Forward: S holds q.k on entry. Adds the relative logit, scales, masks, softmaxes; writes
  * alpha to probs, alpha' = dropout(alpha) over S, and the label sums of alpha' to Bk. */
 __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float *P, uint p_off,
-                            __global float *probs, uint probs_off, __global float *Bk,
-                            uint b_off, __global const int *key_len, uint kl_off, int rows,
-                            int H, int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
+                            uint p_block, uint p_label, __global float *probs,
+                            uint probs_off, __global float *Bk, uint b_off,
+                            __global const int *key_len, uint kl_off, int rows, int H,
+                            int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
                             float scale, uint drop_threshold, float drop_scale, uint seed_lo,
                             uint seed_hi, uint stream_lo, uint stream_hi,
                             __local float *red) {
@@ -96,7 +99,7 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
   __global float *s = S + s_off + (size_t)row * nk;
-  __global const float *p = P + p_off + (size_t)row * R;
+  __global const float *p = P + p_off + (size_t)bh * p_block + i;
   __global float *a = probs + probs_off + (size_t)row * nk;
   __global float *bk = Bk + b_off + (size_t)row * R;
 
@@ -104,7 +107,7 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   for (int j = lid; j < nk; j += wg) {
     if (relcl_masked(j, pq, len, flags)) continue;
     float e = s[j];
-    if (flags & RELCL_GATHER) e += p[relcl_label(j, pq, k) - rlo];
+    if (flags & RELCL_GATHER) e += p[(size_t)(relcl_label(j, pq, k) - rlo) * p_label];
     e *= scale;
     s[j] = e;
     mx = fmax(mx, e);
@@ -174,9 +177,10 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
  * dropout mask, then de = alpha (dalpha - sum_l alpha_l dalpha_l) * scale over D, and the
  * label sums of de into Cb. */
 __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float *G, uint g_off,
-                            __global const float *probs, uint probs_off, __global float *Cb,
-                            uint c_off, __global const int *key_len, uint kl_off, int rows,
-                            int H, int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
+                            uint g_block, uint g_label, __global const float *probs,
+                            uint probs_off, __global float *Cb, uint c_off,
+                            __global const int *key_len, uint kl_off, int rows, int H,
+                            int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
                             float scale,
                             uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi,
                             uint stream_lo, uint stream_hi, __local float *red) {
@@ -186,7 +190,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
   __global float *dd = D + d_off + (size_t)row * nk;
-  __global const float *g = G + g_off + (size_t)row * R;
+  __global const float *g = G + g_off + (size_t)bh * g_block + i;
   __global const float *a = probs + probs_off + (size_t)row * nk;
   __global float *cb = Cb + c_off + (size_t)row * R;
 
@@ -197,7 +201,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
     float da = 0.0f;
     if (!relcl_masked(j, pq, len, flags)) {
       da = dd[j];
-      if (flags & RELCL_GATHER) da += g[relcl_label(j, pq, k) - rlo];
+      if (flags & RELCL_GATHER) da += g[(size_t)(relcl_label(j, pq, k) - rlo) * g_label];
       if ((flags & RELCL_DROPOUT) && !relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi,
                                                      seed_lo, seed_hi, drop_threshold))
         da = 0.0f;

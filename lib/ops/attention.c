@@ -115,22 +115,39 @@ static relcl_status check_inputs(const plan *p, const relcl_attn_desc *desc, rel
  * each sequence is one strided-batched GEMM over the heads. (CLBlast's offset-array batched
  * GEMM would be one call, but Oclgrind flags its results as uninitialized.) */
 
-/* rows x R (one label value per row) = X (rows x d) . W[window]^T, W shared or per head. */
+/* One label value per row and label, X (rows x d) . W[window]^T, W shared or per head, stored
+ * label-major: the value of row bh * nq + i and label column c at bh * gather_block(p) +
+ * c * gather_label(p) + i. So the GEMM's short side (R labels) is its M, which CLBlast's
+ * indirect kernel pads to MWG (32 on CPUs) rather than N to NWG (128): 1.5 to 2 times faster
+ * on PoCL (README "What is left"). The row kernels read it at those strides. */
+static size_t gather_block(const plan *p, bool per_head) {
+  return per_head ? p->nq * (size_t)p->R : p->nq;
+}
+static size_t gather_label(const plan *p, bool per_head) { return per_head ? p->nq : p->rows; }
+
 static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
                                 relcl_buf W, relcl_buf out) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
-  if (!per_head)
-    return REL_GEMM(ctx, false, true, p->rows, (size_t)p->R, p->d, 1.0f, X, p->d, 0, win, p->d,
-                       0, 0.0f, out, (size_t)p->R, 0, 1);
-  for (size_t b = 0; b < p->B; b++) {
+  if (!per_head) /* (R x rows) = W[window] . X^T */
+    return REL_GEMM(ctx, false, true, (size_t)p->R, p->rows, p->d, 1.0f, win, p->d, 0, X, p->d,
+                       0, 0.0f, out, p->rows, 0, 1);
+  for (size_t b = 0; b < p->B; b++) { /* (R x nq) per head = W_h[window] . X_bh^T */
     relcl_status st = REL_GEMM(
-        ctx, false, true, p->nq, (size_t)p->R, p->d, 1.0f,
-        relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, win, p->d,
-        p->table, 0.0f, relcl_buf_at(out.mem, out.offset + b * p->H * p->nq * (size_t)p->R),
-        (size_t)p->R, p->nq * (size_t)p->R, p->H);
+        ctx, false, true, (size_t)p->R, p->nq, p->d, 1.0f, win, p->d, p->table,
+        relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, 0.0f,
+        relcl_buf_at(out.mem, out.offset + b * p->H * p->nq * (size_t)p->R), p->nq,
+        p->nq * (size_t)p->R, p->H);
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;
+}
+
+/* The strides of labels_from's layout, after the gather buffer's argument. */
+static void gather_args(relcl__args *a, const plan *p, bool per_head) {
+  const cl_uint block = (cl_uint)gather_block(p, per_head);
+  const cl_uint label = (cl_uint)gather_label(p, per_head);
+  RELCL__ARG(a, block);
+  RELCL__ARG(a, label);
 }
 
 /* Y (rows x d) += L (rows x R) . W[window], W shared or per head. */
@@ -249,6 +266,7 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
     relcl__args a = {kern->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, Sb, S);
     relcl__buf_arg(&a, Pb, S);
+    gather_args(&a, &p, desc->per_head);
     relcl__buf_arg(&a, probs, S);
     relcl__buf_arg(&a, Bb, S);
     relcl__buf_arg(&a, key_len, S);
@@ -347,6 +365,7 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
     relcl__args a = {kbwd->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, Db, Dm);
     relcl__buf_arg(&a, Gb, Dm);
+    gather_args(&a, &p, desc->per_head);
     relcl__buf_arg(&a, probs, Dm);
     relcl__buf_arg(&a, Cb, Dm);
     relcl__buf_arg(&a, key_len, Dm);
