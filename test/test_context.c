@@ -44,6 +44,17 @@ static cl_uint refcount_context(cl_context c) {
   return n;
 }
 
+/* The caller's own cl_context and in-order queue on dev. */
+static cl_context own_cl(cl_platform_id plat, cl_device_id dev, cl_command_queue *queue) {
+  cl_int err;
+  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat, 0};
+  cl_context cl = clCreateContext(props, 1, &dev, NULL, NULL, &err);
+  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateContext");
+  *queue = clCreateCommandQueue(cl, dev, 0, &err);
+  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateCommandQueue");
+  return cl;
+}
+
 typedef struct worker {
   float z[NX];
   int rounds;
@@ -81,11 +92,8 @@ int main(void) {
   cl_platform_id plat = NULL;
   clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
   cl_int err;
-  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat, 0};
-  cl_context cl = clCreateContext(props, 1, &dev, NULL, NULL, &err);
-  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateContext");
-  cl_command_queue queue = clCreateCommandQueue(cl, dev, 0, &err);
-  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateCommandQueue");
+  cl_command_queue queue;
+  cl_context cl = own_cl(plat, dev, &queue);
   cl_uint q_refs = refcount_queue(queue), c_refs = refcount_context(cl);
 
   relcl_context *own = NULL;
@@ -171,10 +179,7 @@ int main(void) {
   /* The last relcl context of the process takes CLBlast's programs with it: after it, the
    * caller's cl_context holds only its own reference again, and a driver never sees a
    * program released after its context (at exit, Oclgrind 21.10 corrupts memory then). */
-  cl = clCreateContext(props, 1, &dev, NULL, NULL, &err);
-  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateContext");
-  queue = clCreateCommandQueue(cl, dev, 0, &err);
-  if (err != CL_SUCCESS) tu_die_status(RELCL_ERR_OPENCL, "clCreateCommandQueue");
+  cl = own_cl(plat, dev, &queue);
   c_refs = refcount_context(cl);
   TU_OK(relcl_context_create_from_cl(&own, cl, queue));
   TU_OK(attend(own, zown));

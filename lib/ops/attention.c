@@ -128,15 +128,15 @@ static size_t gather_label(const plan *p, bool per_head) { return per_head ? p->
 static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
                                 relcl_buf W, relcl_buf out) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
+  const size_t block = gather_block(p, per_head), label = gather_label(p, per_head);
   if (!per_head) /* (R x rows) = W[window] . X^T */
     return REL_GEMM(ctx, false, true, (size_t)p->R, p->rows, p->d, 1.0f, win, p->d, 0, X, p->d,
-                       0, 0.0f, out, p->rows, 0, 1);
+                       0, 0.0f, out, label, 0, 1);
   for (size_t b = 0; b < p->B; b++) { /* (R x nq) per head = W_h[window] . X_bh^T */
     relcl_status st = REL_GEMM(
         ctx, false, true, (size_t)p->R, p->nq, p->d, 1.0f, win, p->d, p->table,
         relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, 0.0f,
-        relcl_buf_at(out.mem, out.offset + b * p->H * p->nq * (size_t)p->R), p->nq,
-        p->nq * (size_t)p->R, p->H);
+        relcl_buf_at(out.mem, out.offset + b * p->H * block), label, block, p->H);
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;

@@ -14,6 +14,13 @@ enum { MAX_PLATFORMS = 16, MAX_DEVICES = 64 };
  * with it (relcl_context_destroy) */
 static atomic_int live_contexts;
 
+/* A zeroed context, counted among the live ones (NULL: out of host memory). */
+static relcl_context *context_new(void) {
+  relcl_context *ctx = calloc(1, sizeof *ctx);
+  if (ctx != NULL) atomic_fetch_add(&live_contexts, 1);
+  return ctx;
+}
+
 
 typedef struct device_list {
   int n_platforms;
@@ -204,9 +211,8 @@ relcl_status relcl_context_create(relcl_context **out, const char *device) {
   if (out == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "relcl_context_create: out is NULL");
   *out = NULL;
   if (device == NULL) device = getenv("RELCL_DEVICE");
-  relcl_context *ctx = calloc(1, sizeof *ctx);
+  relcl_context *ctx = context_new();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
-  atomic_fetch_add(&live_contexts, 1);
   relcl_status st = lookup(device, &ctx->platform, &ctx->device);
   if (st != RELCL_OK) goto fail;
 
@@ -261,9 +267,8 @@ relcl_status relcl_context_create_from_cl(relcl_context **out, cl_context cl,
   if (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
     return relcl__fail(RELCL_ERR_INVALID_ARG, "%s: the queue must be in order", fn);
 
-  relcl_context *ctx = calloc(1, sizeof *ctx);
+  relcl_context *ctx = context_new();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
-  atomic_fetch_add(&live_contexts, 1);
   ctx->borrowed = true;
   ctx->cl = cl;
   ctx->queue = queue;
