@@ -685,7 +685,12 @@ static double choose_k_chunk(const char *spec, const char *dir, const cJSON *hea
  * samples mostly local-memory configurations; these were the fastest of relcl's own sweeps
  * on PoCL CPUs (the files in tuning/), with neighbours of them. */
 static const char *const cpu_xgemm_sets[] = {
-    /* the Zen 1 EPYC's: float4, 32 x 128 tiles of 4 x 8 work-items, KWG 16 */
+    /* the Zen 1 EPYC's: float8, 32 x 32 tiles of 4 x 4 work-items (8 x 8 results each, which
+     * fit AVX2's sixteen registers), KWG 128 */
+    "{\"GEMMK\":0,\"KREG\":1,\"KWG\":128,\"KWI\":2,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":32,"
+    "\"NDIMB\":4,\"NDIMC\":4,\"NWG\":32,\"SA\":0,\"SB\":0,\"STRM\":1,\"STRN\":0,\"VWM\":8,"
+    "\"VWN\":8}",
+    /* the Zen 1 EPYC's before: float4, 32 x 128 tiles of 4 x 8 work-items, KWG 16 */
     "{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":32,"
     "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":128,\"SA\":0,\"SB\":0,\"STRM\":1,\"STRN\":0,\"VWM\":4,"
     "\"VWN\":4}",
