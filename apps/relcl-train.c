@@ -1241,7 +1241,9 @@ static int run_main(run *r, int argc, char **argv) {
     device_error(r, st, "creating the model");
     goto out;
   }
-  r->nparam = relcl_model_param_count(r->model);
+  r->nparam = 0; /* the parameters, not the arena's floats (which include alignment gaps) */
+  for (size_t i = 0; i < relcl_model_tensor_count(r->model); i++)
+    r->nparam += relcl_model_tensor(r->model, i).size;
   char desc[256];
   relcl_model_config_describe(&r->mcfg, desc, sizeof desc);
   printf("model: %s; %zu parameters in %zu tensors\n", desc, r->nparam,

@@ -20,8 +20,8 @@ rows x longest <= --batch-tokens, the batches shuffled per epoch), so step s tra
 batch relcl-train's step s trains on: the same target token counts (vs-pytorch.py checks).
 
 The parameter count is computed as relcl-train prints it ("N parameters in M tensors"): the
-tensors named and ordered as relcl's table, each matrix starting on a 16-float boundary as in
-relcl's arena; --expect-params/--expect-tensors make a difference fatal.
+tensors named and ordered as relcl's table; --expect-params/--expect-tensors make a
+difference fatal.
 
 usage: torch_transformer.py --train-src F --train-tgt F --spm-model F [model flags as
 relcl-train's] [--steps N] [--warmup-steps W] [--json FILE] [--count-only]
@@ -240,12 +240,12 @@ class Attention(torch.nn.Module):
     def tensors(self, prefix):
         D, out = self.D, []
         for i, n in enumerate("qkv"):
-            out.append(("%s.w%s.weight" % (prefix, n), self.w[i * D:(i + 1) * D], i == 0))
+            out.append(("%s.w%s.weight" % (prefix, n), self.w[i * D:(i + 1) * D]))
         for i, n in enumerate("qkv"):
-            out.append(("%s.w%s.bias" % (prefix, n), self.b[i * D:(i + 1) * D], i == 0))
-        out += [(prefix + ".wo.weight", self.wo, True), (prefix + ".wo.bias", self.bo, True)]
+            out.append(("%s.w%s.bias" % (prefix, n), self.b[i * D:(i + 1) * D]))
+        out += [(prefix + ".wo.weight", self.wo), (prefix + ".wo.bias", self.bo)]
         if self.k is not None:
-            out += [(prefix + ".rel_k", self.rel_k, True), (prefix + ".rel_v", self.rel_v, True)]
+            out += [(prefix + ".rel_k", self.rel_k), (prefix + ".rel_v", self.rel_v)]
         return out
 
     def heads(self, x):  # (B, n, D) -> (B, H, n, dh)
@@ -290,8 +290,8 @@ class FFN(torch.nn.Module):
         self.b2 = torch.nn.Parameter(torch.zeros(D))
 
     def tensors(self, prefix):
-        return [(prefix + ".w1.weight", self.w1, True), (prefix + ".w1.bias", self.b1, True),
-                (prefix + ".w2.weight", self.w2, True), (prefix + ".w2.bias", self.b2, True)]
+        return [(prefix + ".w1.weight", self.w1), (prefix + ".w1.bias", self.b1),
+                (prefix + ".w2.weight", self.w2), (prefix + ".w2.bias", self.b2)]
 
     def forward(self, x):
         return F.linear(F.relu(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
@@ -302,7 +302,7 @@ class Norm(torch.nn.LayerNorm):
         super().__init__(D, eps=1e-5)  # RELCL__LN_EPS
 
     def tensors(self, prefix):
-        return [(prefix + ".weight", self.weight, True), (prefix + ".bias", self.bias, True)]
+        return [(prefix + ".weight", self.weight), (prefix + ".bias", self.bias)]
 
 
 class Transformer(torch.nn.Module):
@@ -322,9 +322,9 @@ class Transformer(torch.nn.Module):
         self.rel = rel
 
     def tensors(self):
-        """(name, tensor, starts on a 16-float boundary) in the order of relcl's table
+        """(name, tensor) in the order of relcl's table
         (lib/model/model.c build_table)."""
-        out = [("emb.weight", self.emb, True)]
+        out = [("emb.weight", self.emb)]
         for l, (sa, n1, ff, n2) in enumerate(self.enc):
             out += sa.tensors("enc.%d.self_attn" % l) + n1.tensors("enc.%d.norm1" % l)
             out += ff.tensors("enc.%d.ffn" % l) + n2.tensors("enc.%d.norm2" % l)
@@ -391,11 +391,11 @@ def sinusoid(n, D):
 
 
 def relcl_count(model):
-    """(floats in relcl's arena, tensors, plain parameter count), after checking that the
-    named tensors cover every parameter of the module exactly once."""
+    """(parameters, tensors), after checking that the named tensors cover every parameter of
+    the module exactly once."""
     tab = model.tensors()
     owned = {}
-    for name, t, _ in tab:
+    for name, t in tab:
         owned.setdefault(t.storage().data_ptr(), []).append((t.data_ptr(), t.numel(), name))
     plain = 0
     for prm in model.parameters():
@@ -410,12 +410,7 @@ def relcl_count(model):
         plain += prm.numel()
     if owned:
         die("tensor table: names a tensor that is no parameter")
-    count = 0
-    for _, t, align in tab:
-        if align:
-            count = (count + 15) // 16 * 16
-        count += t.numel()
-    return (count + 15) // 16 * 16, len(tab), plain
+    return plain, len(tab)
 
 
 def load_relcl_checkpoint(model, path):
@@ -431,7 +426,7 @@ def load_relcl_checkpoint(model, path):
         die("%s: not a safetensors file (%s)" % (path, e))
     names = {k for k in head if k != "__metadata__" and not k.startswith("adam_")}
     with torch.no_grad():
-        for name, t, _ in model.tensors():
+        for name, t in model.tensors():
             e = head.get(name)
             if e is None or e["dtype"] != "F32" or e["shape"] != list(t.shape):
                 die("%s: tensor %s is %s, the model's is F32 %s"
@@ -549,14 +544,13 @@ def main(argv):
     torch.manual_seed(a.seed)
     vocab = spm_vocab(a.spm_model)
     model = Transformer(a, vocab)
-    nparam, ntens, plain = relcl_count(model)
+    nparam, ntens = relcl_count(model)
     print("torch %s, %d threads; model: %d+%d layers, d_model %d, %d heads, d_ff %d, %s, "
-          "vocab %d; %d parameters in %d tensors (relcl's count: each tensor on a 16-float "
-          "boundary; %d without the padding)"
+          "vocab %d; %d parameters in %d tensors"
           % (torch.__version__, torch.get_num_threads(), a.enc_layers, a.dec_layers, a.d_model,
              a.heads, a.d_ff, a.positions if a.positions == "absolute"
-             else "%s k=%d" % (a.positions, a.max_relative_position), vocab, nparam, ntens,
-             plain), flush=True)
+             else "%s k=%d" % (a.positions, a.max_relative_position), vocab, nparam, ntens),
+          flush=True)
     if a.expect_params is not None or a.expect_tensors is not None:
         print("relcl: %s parameters in %s tensors" % (a.expect_params, a.expect_tensors))
         if (a.expect_params is not None and a.expect_params != nparam) or \
@@ -565,7 +559,7 @@ def main(argv):
                 "%s there: not the same model" % (nparam, ntens, a.expect_params,
                                                   a.expect_tensors))
     summary = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-               "params": nparam, "tensors": ntens, "params_unpadded": plain,
+               "params": nparam, "tensors": ntens,
                "positions": a.positions, "vocab": vocab}
     if a.count_only:
         write_json(a.json, summary)

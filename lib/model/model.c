@@ -126,8 +126,8 @@ static relcl_status check_config(const relcl_model_config *c) {
 
 enum init_kind { INIT_XAVIER, INIT_EMBEDDING, INIT_ZERO, INIT_ONE };
 
-/* align = 1 starts the tensor on a 16-float boundary; 0 packs it right after the previous
- * one (wq|wk|wv must be adjacent). */
+/* align = 1 starts the tensor on a RELCL__TENSOR_ALIGN boundary; 0 packs it right after the
+ * previous one (wq|wk|wv must be adjacent). */
 static relcl_status add_tensor(relcl_model *m, const char *name, int ndim, size_t d0, size_t d1,
                                size_t d2, int align, size_t *offset) {
   if (m->n_tensors == m->cap_tensors) {
@@ -159,7 +159,7 @@ static relcl_status add_tensor(relcl_model *m, const char *name, int ndim, size_
   t->shape[1] = d1;
   t->shape[2] = d2;
   t->size = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
-  if (align) m->param_count = (m->param_count + 15) / 16 * 16;
+  if (align) m->param_count = RELCL__ALIGN_UP(m->param_count);
   t->offset = m->param_count;
   m->param_count += t->size;
   *offset = t->offset;
@@ -261,7 +261,7 @@ static relcl_status build_table(relcl_model *m) {
   }
   if (st == RELCL_OK && c->pre_norm) st = add_ln(m, "dec.norm", &m->dec_norm);
   if (st != RELCL_OK) return st;
-  m->param_count = (m->param_count + 15) / 16 * 16;
+  m->param_count = RELCL__ALIGN_UP(m->param_count);
   for (size_t i = 0; i < m->n_tensors; i++) m->tensors[i].name = m->names + m->name_at[i];
   return RELCL_OK;
 }

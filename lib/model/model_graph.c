@@ -40,7 +40,7 @@ enum {
 /* ---- layout ---- */
 
 static size_t take(size_t *used, size_t n) {
-  size_t off = (*used + 15) / 16 * 16; /* 64-byte boundaries */
+  size_t off = RELCL__ALIGN_UP(*used); /* model_internal.h */
   *used = off + n;
   return off;
 }

@@ -8,6 +8,15 @@
 #include "runtime.h"
 #include "relcl_model.h"
 
+/* Every tensor of the parameter arenas and of the activation and work buffers starts on a
+ * 512-byte boundary, the largest CL_DEVICE_MEM_BASE_ADDR_ALIGN of the devices relcl runs on
+ * (128 bytes on PoCL, 512 on NVIDIA's): relcl__gemm can then hand it to CLBlast as a
+ * sub-buffer at offset 0, which CLBlast reads in place instead of copying it first
+ * (lib/runtime/gemm.c). */
+#define RELCL__TENSOR_ALIGN 128 /* floats */
+#define RELCL__ALIGN_UP(n) \
+  (((n) + RELCL__TENSOR_ALIGN - 1) / RELCL__TENSOR_ALIGN * RELCL__TENSOR_ALIGN)
+
 #define RELCL__NONE ((size_t)-1) /* an absent tensor or buffer region */
 #define RELCL__LN_EPS 1e-5f       /* epsilon of every layer norm of the model */
 

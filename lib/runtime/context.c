@@ -190,6 +190,10 @@ static relcl_status setup(relcl_context *ctx) {
                   &ctx->local_mem, NULL);
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc,
                   &ctx->max_alloc, NULL);
+  cl_uint align_bits = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
+                      &align_bits, NULL) == CL_SUCCESS)
+    ctx->sub_align = align_bits / 8;
   relcl_status st = choose_row_shape(ctx);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
