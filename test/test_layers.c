@@ -71,6 +71,10 @@ static const layer_case cases[] = {
     {OP_LINEAR, "linear no bias", 9, 8, 4, 0, 0},
     {OP_LINEAR, "linear 130x33x17 acc", 130, 33, 17, 0, 3},
     {OP_LINEAR, "linear 64x128x384", 64, 128, 384, 0, 1},
+    /* rows over 16 tiles of CLBlast's kernel and not a whole number of them: one product for
+     * the whole tiles and one for the rest (lib/runtime/gemm.c) under a tuning that gives
+     * the tile; the weight gradient's 1037 rows in K_CHUNK slices of 384 */
+    {OP_LINEAR, "linear 1037x64x40 acc", 1037, 64, 40, 0, 3},
     /* element-wise: a n */
     {OP_ELEMENTWISE, "eltwise n=1", 1, 0, 0, 0, 0},
     {OP_ELEMENTWISE, "eltwise n=1001", 1001, 0, 0, 0, 0},
@@ -325,6 +329,22 @@ static void check_dropout(relcl_context *ctx, const layer_case *c) {
 
 /* ---- linear ---- */
 
+/* x at element off of a buffer whose every other element is NaN: a product that reads past
+ * its operand, or mistakes where it starts, turns the result into NaN. */
+static cl_mem upload_at(relcl_context *ctx, const float *x, size_t n, size_t off) {
+  cl_mem m;
+  TU_OK(relcl_alloc(ctx, n + off + 64, &m));
+  TU_OK(relcl_fill(ctx, B0(m), NAN, n + off + 64));
+  TU_OK(relcl_write(ctx, relcl_buf_at(m, off), x, n));
+  return m;
+}
+
+static float *download_at(relcl_context *ctx, cl_mem m, size_t n, size_t off) {
+  float *h = tu_alloc_host(n);
+  TU_OK(relcl_read(ctx, relcl_buf_at(m, off), h, n));
+  return h;
+}
+
 static void check_linear(relcl_context *ctx, const layer_case *c) {
   const int rows = c->a, in = c->b, out = c->c, bias = c->flag & 1, acc = c->flag & 2;
   const size_t nx = (size_t)rows * in, nw = (size_t)out * in, ny = (size_t)rows * out;
@@ -358,6 +378,40 @@ static void check_linear(relcl_context *ctx, const layer_case *c) {
     res[run][3] = tu_download(ctx, DB, (size_t)out);
     cl_mem all[] = {X, Wm, Bm, Y, DY, DX, DW, DB};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  }
+  /* a third run with every operand at an offset: 128 elements (512 bytes, where a
+   * sub-buffer can start on every device relcl knows, so CLBlast reads it in place) or an odd
+   * one (where none can, so CLBlast copies it) */
+  {
+    const size_t ox = 128, ow = 7, ob = 3, oy = 256, ody = 5, odx = 128, odw = 384, odb = 1;
+    cl_mem X = upload_at(ctx, x, nx, ox), Wm = upload_at(ctx, w, nw, ow),
+           Bm = upload_at(ctx, b, (size_t)out, ob), Y = upload_at(ctx, dx0, ny, oy),
+           DY = upload_at(ctx, dy, ny, ody), DX = upload_at(ctx, dx0, nx, odx), DW, DB;
+    float *half = tu_alloc_host(nw > (size_t)out ? nw : (size_t)out);
+    for (size_t i = 0; i < (nw > (size_t)out ? nw : (size_t)out); i++) half[i] = 0.5f;
+    DW = upload_at(ctx, half, nw, odw);
+    DB = upload_at(ctx, half, (size_t)out, odb);
+    TU_OK(relcl_linear_forward(ctx, rows, in, out, relcl_buf_at(X, ox), relcl_buf_at(Wm, ow),
+                               bias ? relcl_buf_at(Bm, ob) : RELCL_BUF_NONE,
+                               relcl_buf_at(Y, oy)));
+    TU_OK(relcl_linear_backward(ctx, rows, in, out, relcl_buf_at(X, ox), relcl_buf_at(Wm, ow),
+                                relcl_buf_at(DY, ody), relcl_buf_at(DX, odx), acc,
+                                relcl_buf_at(DW, odw), relcl_buf_at(DB, odb)));
+    float *got[4] = {download_at(ctx, Y, ny, oy), download_at(ctx, DX, nx, odx),
+                     download_at(ctx, DW, nw, odw), download_at(ctx, DB, (size_t)out, odb)};
+    const double *want[4] = {y, dx, dw, db};
+    const size_t len[4] = {ny, nx, nw, (size_t)out};
+    double worst = 0;
+    for (int i = 0; i < 4; i++) {
+      double ei = tu_rel_err(got[i], want[i], len[i], 1e-2);
+      worst = ei > worst || ei != ei ? ei : worst;
+      free(got[i]);
+    }
+    tu_check(worst < 2e-5, "%-28s operands at offsets 128/odd: worst rel err %.2e", c->name,
+             worst);
+    cl_mem all[] = {X, Wm, Bm, Y, DY, DX, DW, DB};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+    free(half);
   }
   double e;
   e = tu_rel_err(res[0][0], y, ny, 1e-2);

@@ -49,10 +49,10 @@ static operand at_zero(const relcl_context *ctx, relcl_buf x, size_t rows, size_
  * operand, and reads in place every operand at offset 0 whose sizes are multiples of its
  * tiles. On Zen 1 with the shipped tuning that ran the twelve largest products of the
  * issue-8 step 11% faster than row-major (README, "Speed"). */
-static CLBlastStatusCode product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
-                                 relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
-                                 cl_event *ev) {
+static CLBlastStatusCode one_call(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                                  relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
+                                  cl_event *ev) {
   operand A = at_zero(ctx, a, trans_a ? k : m, trans_a ? m : k, lda);
   operand B = at_zero(ctx, b, trans_b ? n : k, trans_b ? k : n, ldb);
   operand C = at_zero(ctx, c, m, n, ldc);
@@ -65,6 +65,27 @@ static CLBlastStatusCode product(relcl_context *ctx, bool trans_a, bool trans_b,
   if (B.sub) clReleaseMemObject(B.sub);
   if (C.sub) clReleaseMemObject(C.sub);
   return code;
+}
+
+/* The same, with the rows in whole tiles of CLBlast's kernel (the tuning's Xgemm NWG) in one
+ * call and the rest, fewer than a tile, in a second: CLBlast copies every operand whose size
+ * is not a whole number of tiles into a padded temporary, and a training batch's rows rarely
+ * are (sentences x longest). Each row of C depends on its row of op(A) only, so the split
+ * changes no bit. Below 16 tiles (decoding's products) one call is cheaper. */
+static CLBlastStatusCode product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                                 relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
+                                 cl_event *ev) {
+  const size_t tile = ctx->gemm_row_tile;
+  if (tile == 0 || m < 16 * tile || m % tile == 0)
+    return one_call(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ev);
+  const size_t whole = m / tile * tile;
+  CLBlastStatusCode code = one_call(ctx, trans_a, trans_b, whole, n, k, alpha, a, lda, b, ldb,
+                                    beta, c, ldc, NULL);
+  if (code != CLBlastSuccess) return code;
+  return one_call(ctx, trans_a, trans_b, m - whole, n, k, alpha,
+                  relcl_buf_at(a.mem, a.offset + (trans_a ? whole : whole * lda)), lda, b, ldb,
+                  beta, relcl_buf_at(c.mem, c.offset + whole * ldc), ldc, ev);
 }
 
 relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,

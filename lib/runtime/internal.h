@@ -62,6 +62,8 @@ struct relcl_context {
   char host_cpu[64];    /* relcl__host_cpu() for a CPU device, else "" */
   size_t gemm_k_chunk;  /* the tuning's RelclGemm K_CHUNK (gemm.c); 0: one call per product */
   size_t sub_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: sub-buffer origins (gemm.c) */
+  size_t gemm_row_tile; /* the tuning's Xgemm NWG, CLBlast's tile along relcl's rows (gemm.c);
+                         * 0: not known (no tuning applied) */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */

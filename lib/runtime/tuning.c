@@ -121,8 +121,8 @@ void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
 }
 
 /* Apply every kernel's parameters of a parsed file; the number of kernels applied. */
-static int apply(cl_device_id device, const cJSON *root, size_t *k_chunk, char *why,
-                 size_t why_size) {
+static int apply(cl_device_id device, const cJSON *root, size_t *k_chunk, size_t *row_tile,
+                 char *why, size_t why_size) {
   const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels"), *k;
   int applied = 0;
   cJSON_ArrayForEach(k, kernels) {
@@ -145,9 +145,12 @@ static int apply(cl_device_id device, const cJSON *root, size_t *k_chunk, char *
       values[n++] = (size_t)p->valuedouble;
     }
     if (k->string && n > 0 && relcl__gemm_override(device, k->string, n, names, values) ==
-                                  RELCL_OK)
+                                  RELCL_OK) {
       applied++;
-    else if (why[0] == '\0')
+      if (strcmp(k->string, "Xgemm") == 0)
+        for (size_t i = 0; i < n; i++)
+          if (strcmp(names[i], "NWG") == 0) *row_tile = values[i];
+    } else if (why[0] == '\0')
       snprintf(why, why_size, "kernel %s: %s", k->string ? k->string : "?", relcl_last_error());
   }
   return applied;
@@ -221,7 +224,7 @@ void relcl__tuning_apply(relcl_context *ctx) {
   }
   cJSON *root = cJSON_Parse(best.text);
   char why[256] = "";
-  int n = apply(ctx->device, root, &ctx->gemm_k_chunk, why, sizeof why);
+  int n = apply(ctx->device, root, &ctx->gemm_k_chunk, &ctx->gemm_row_tile, why, sizeof why);
   const cJSON *from = cJSON_GetObjectItemCaseSensitive(root, "device");
   const cJSON *from_cpu = cJSON_GetObjectItemCaseSensitive(root, "cpu");
   if (best.fit == RELCL_TUNING_EXACT)
