@@ -47,8 +47,8 @@ static operand at_zero(const relcl_context *ctx, relcl_buf x, size_t rows, size_
  * and back around every product, and A before every product whose A is not transposed;
  * called this way round it transposes neither C nor, for a weight gradient (A^T B), either
  * operand, and reads in place every operand at offset 0 whose sizes are multiples of its
- * tiles. On Zen 1 with the shipped tuning that ran the twelve largest products of the
- * issue-8 step 11% faster than row-major (README, "Speed"). */
+ * tiles. On Zen 1 with the shipped tuning that ran fifteen of the largest products of the
+ * issue-8 step 11% faster than row-major (README, "What is left"). */
 static CLBlastStatusCode one_call(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                   size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                   relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
@@ -70,8 +70,9 @@ static CLBlastStatusCode one_call(relcl_context *ctx, bool trans_a, bool trans_b
 /* The same, with the rows in whole tiles of CLBlast's kernel (the tuning's Xgemm NWG) in one
  * call and the rest, fewer than a tile, in a second: CLBlast copies every operand whose size
  * is not a whole number of tiles into a padded temporary, and a training batch's rows rarely
- * are (sentences x longest). Each row of C depends on its row of op(A) only, so the split
- * changes no bit. Below 16 tiles (decoding's products) one call is cheaper. */
+ * are (sentences x longest). Each row of C depends on its own row of op(A) only, so the two
+ * calls compute what one would. Below 16 tiles (decoding's products) the copies it would
+ * save are small, and one call is kept. */
 static CLBlastStatusCode product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                  relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
