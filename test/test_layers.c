@@ -332,10 +332,10 @@ static void check_dropout(relcl_context *ctx, const layer_case *c) {
 /* x at element off of a buffer whose every other element is NaN: a product that reads past
  * its operand, or mistakes where it starts, turns the result into NaN. */
 static cl_mem upload_at(relcl_context *ctx, const float *x, size_t n, size_t off) {
-  cl_mem m;
-  TU_OK(relcl_alloc(ctx, n + off + 64, &m));
-  TU_OK(relcl_fill(ctx, B0(m), NAN, n + off + 64));
-  TU_OK(relcl_write(ctx, relcl_buf_at(m, off), x, n));
+  float *h = tu_alloc_host(n + off + 64);
+  for (size_t i = 0; i < n + off + 64; i++) h[i] = i >= off && i < off + n ? x[i - off] : NAN;
+  cl_mem m = tu_upload(ctx, h, n + off + 64);
+  free(h);
   return m;
 }
 
@@ -385,7 +385,7 @@ static void check_linear(relcl_context *ctx, const layer_case *c) {
   {
     const size_t ox = 128, ow = 7, ob = 3, oy = 256, ody = 5, odx = 128, odw = 384, odb = 1;
     cl_mem X = upload_at(ctx, x, nx, ox), Wm = upload_at(ctx, w, nw, ow),
-           Bm = upload_at(ctx, b, (size_t)out, ob), Y = upload_at(ctx, dx0, ny, oy),
+           Bm = upload_at(ctx, b, (size_t)out, ob), Y = upload_at(ctx, dy, ny, oy),
            DY = upload_at(ctx, dy, ny, ody), DX = upload_at(ctx, dx0, nx, odx), DW, DB;
     float *half = tu_alloc_host(nw > (size_t)out ? nw : (size_t)out);
     for (size_t i = 0; i < (nw > (size_t)out ? nw : (size_t)out); i++) half[i] = 0.5f;

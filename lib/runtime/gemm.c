@@ -67,18 +67,29 @@ static CLBlastStatusCode one_call(relcl_context *ctx, bool trans_a, bool trans_b
   return code;
 }
 
-/* The same, with the rows in whole tiles of CLBlast's kernel (the tuning's Xgemm NWG) in one
- * call and the rest, fewer than a tile, in a second: CLBlast copies every operand whose size
- * is not a whole number of tiles into a padded temporary, and a training batch's rows rarely
- * are (sentences x longest). Each row of C depends on its own row of op(A) only, so the two
- * calls compute what one would. Below 16 tiles (decoding's products) the copies it would
- * save are small, and one call is kept. */
+/* A product as CLBlast's indirect kernel runs it best: one_call(), with the rows in whole
+ * tiles of the kernel (the tuning's Xgemm NWG) in one call and the rest, fewer than a tile,
+ * in a second. CLBlast copies every operand whose size is not a whole number of tiles into a
+ * padded temporary, and a training batch's rows rarely are (sentences x longest). Each row
+ * of C depends on its own row of op(A) only, so the two calls compute what one would. Below
+ * 16 tiles (decoding's products) the copies it would save are small, and one call is kept.
+ *
+ * Where relcl does not know the tiles (no tuning applied) or CLBlast runs its direct kernel
+ * (below the tuning's XGEMM_MIN_INDIRECT_SIZE cubed), which reads every layout in place
+ * without copies, the product goes row-major as it is. */
 static CLBlastStatusCode product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                  relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
                                  cl_event *ev) {
   const size_t tile = ctx->gemm_row_tile;
-  if (tile == 0 || m < 16 * tile || m % tile == 0)
+  const double edge = (double)ctx->gemm_min_indirect;
+  if (tile == 0 || (double)m * (double)n * (double)k < edge * edge * edge)
+    return CLBlastSgemm(CLBlastLayoutRowMajor,
+                        trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
+                        trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha,
+                        a.mem, a.offset, lda, b.mem, b.offset, ldb, beta, c.mem, c.offset, ldc,
+                        &ctx->queue, ev);
+  if (m < 16 * tile || m % tile == 0)
     return one_call(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ev);
   const size_t whole = m / tile * tile;
   CLBlastStatusCode code = one_call(ctx, trans_a, trans_b, whole, n, k, alpha, a, lda, b, ldb,

@@ -64,6 +64,7 @@ struct relcl_context {
   size_t sub_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: sub-buffer origins (gemm.c) */
   size_t gemm_row_tile; /* the tuning's Xgemm NWG, CLBlast's tile along relcl's rows (gemm.c);
                          * 0: not known (no tuning applied) */
+  size_t gemm_min_indirect; /* the tuning's GemmRoutine XGEMM_MIN_INDIRECT_SIZE, or 0 */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */

@@ -121,8 +121,8 @@ void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
 }
 
 /* Apply every kernel's parameters of a parsed file; the number of kernels applied. */
-static int apply(cl_device_id device, const cJSON *root, size_t *k_chunk, size_t *row_tile,
-                 char *why, size_t why_size) {
+static int apply(cl_device_id device, const cJSON *root, relcl_context *ctx, char *why,
+                 size_t why_size) {
   const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels"), *k;
   int applied = 0;
   cJSON_ArrayForEach(k, kernels) {
@@ -132,7 +132,7 @@ static int apply(cl_device_id device, const cJSON *root, size_t *k_chunk, size_t
     if (k->string && strcmp(k->string, "RelclGemm") == 0) { /* relcl's own, not CLBlast's */
       p = cJSON_GetObjectItemCaseSensitive(k, "K_CHUNK");
       if (cJSON_IsNumber(p) && p->valuedouble >= 0 && p->valuedouble < 1e9) {
-        *k_chunk = (size_t)p->valuedouble;
+        ctx->gemm_k_chunk = (size_t)p->valuedouble;
         applied++;
       } else if (why[0] == '\0') {
         snprintf(why, why_size, "kernel RelclGemm: K_CHUNK is not a size");
@@ -147,9 +147,14 @@ static int apply(cl_device_id device, const cJSON *root, size_t *k_chunk, size_t
     if (k->string && n > 0 && relcl__gemm_override(device, k->string, n, names, values) ==
                                   RELCL_OK) {
       applied++;
-      if (strcmp(k->string, "Xgemm") == 0)
-        for (size_t i = 0; i < n; i++)
-          if (strcmp(names[i], "NWG") == 0) *row_tile = values[i];
+      /* what gemm.c needs to know of CLBlast's choices */
+      for (size_t i = 0; i < n; i++) {
+        if (strcmp(k->string, "Xgemm") == 0 && strcmp(names[i], "NWG") == 0)
+          ctx->gemm_row_tile = values[i];
+        if (strcmp(k->string, "GemmRoutine") == 0 &&
+            strcmp(names[i], "XGEMM_MIN_INDIRECT_SIZE") == 0)
+          ctx->gemm_min_indirect = values[i];
+      }
     } else if (why[0] == '\0')
       snprintf(why, why_size, "kernel %s: %s", k->string ? k->string : "?", relcl_last_error());
   }
@@ -224,7 +229,7 @@ void relcl__tuning_apply(relcl_context *ctx) {
   }
   cJSON *root = cJSON_Parse(best.text);
   char why[256] = "";
-  int n = apply(ctx->device, root, &ctx->gemm_k_chunk, &ctx->gemm_row_tile, why, sizeof why);
+  int n = apply(ctx->device, root, ctx, why, sizeof why);
   const cJSON *from = cJSON_GetObjectItemCaseSensitive(root, "device");
   const cJSON *from_cpu = cJSON_GetObjectItemCaseSensitive(root, "cpu");
   if (best.fit == RELCL_TUNING_EXACT)
