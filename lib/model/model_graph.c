@@ -155,7 +155,6 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
   L->d_emb = take(&work, (Ns + Nt) * D);
   /* greedy decoding needs one row per sequence in one chunk */
   size_t lr = LOGIT_FLOATS / V;
-  if (lr > 64) lr -= lr % 32; /* whole tiles of CLBlast's kernels (lib/runtime/gemm.c) */
   if (lr < (size_t)B) lr = (size_t)B;
   L->logit_rows = lr > Nt ? Nt : lr;
   L->logits = take(&work, L->logit_rows * V);

@@ -17,6 +17,10 @@ static relcl_status clblast_fail(CLBlastStatusCode code, const char *what, size_
                           m, n, k, batch, (int)code);
 }
 
+static CLBlastTranspose transposed(bool t) {
+  return t ? CLBlastTransposeYes : CLBlastTransposeNo;
+}
+
 /* An operand where CLBlast's indirect kernel reads it in place: at offset 0 of its buffer.
  * CLBlast copies any other operand to a padded temporary first (and C back after), however
  * well its sizes fit the kernel's tiles; relcl's operands sit at offsets in arenas and pools,
@@ -57,10 +61,9 @@ static CLBlastStatusCode one_call(relcl_context *ctx, bool trans_a, bool trans_b
   operand B = at_zero(ctx, b, trans_b ? n : k, trans_b ? k : n, ldb);
   operand C = at_zero(ctx, c, m, n, ldc);
   CLBlastStatusCode code =
-      CLBlastSgemm(CLBlastLayoutColMajor, trans_b ? CLBlastTransposeYes : CLBlastTransposeNo,
-                   trans_a ? CLBlastTransposeYes : CLBlastTransposeNo, n, m, k, alpha, B.mem,
-                   B.offset, ldb, A.mem, A.offset, lda, beta, C.mem, C.offset, ldc,
-                   &ctx->queue, ev);
+      CLBlastSgemm(CLBlastLayoutColMajor, transposed(trans_b), transposed(trans_a), n, m, k,
+                   alpha, B.mem, B.offset, ldb, A.mem, A.offset, lda, beta, C.mem, C.offset,
+                   ldc, &ctx->queue, ev);
   if (A.sub) clReleaseMemObject(A.sub);
   if (B.sub) clReleaseMemObject(B.sub);
   if (C.sub) clReleaseMemObject(C.sub);
@@ -84,11 +87,9 @@ static CLBlastStatusCode product(relcl_context *ctx, bool trans_a, bool trans_b,
   const size_t tile = ctx->gemm_row_tile;
   const double edge = (double)ctx->gemm_min_indirect;
   if (tile == 0 || (double)m * (double)n * (double)k < edge * edge * edge)
-    return CLBlastSgemm(CLBlastLayoutRowMajor,
-                        trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
-                        trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha,
-                        a.mem, a.offset, lda, b.mem, b.offset, ldb, beta, c.mem, c.offset, ldc,
-                        &ctx->queue, ev);
+    return CLBlastSgemm(CLBlastLayoutRowMajor, transposed(trans_a), transposed(trans_b), m, n,
+                        k, alpha, a.mem, a.offset, lda, b.mem, b.offset, ldb, beta, c.mem,
+                        c.offset, ldc, &ctx->queue, ev);
   if (m < 16 * tile || m % tile == 0)
     return one_call(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ev);
   const size_t whole = m / tile * tile;
@@ -134,12 +135,10 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   } else if (batch == 1)
     code = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
   else /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
-    code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor,
-                                      trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
-                                      trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n,
-                                      k, alpha, a.mem, a.offset, lda, stride_a, b.mem, b.offset,
-                                      ldb, stride_b, beta, c.mem, c.offset, ldc, stride_c,
-                                      batch, &ctx->queue, evp);
+    code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
+                                      transposed(trans_b), m, n, k, alpha, a.mem, a.offset,
+                                      lda, stride_a, b.mem, b.offset, ldb, stride_b, beta,
+                                      c.mem, c.offset, ldc, stride_c, batch, &ctx->queue, evp);
   if (code == CLBlastSuccess && ev) {
     char name[160];
     snprintf(name, sizeof name, "SGEMM%s%s %zux%zux%zu x%zu", trans_a ? " A^T" : "",
