@@ -115,6 +115,20 @@ static relcl_status check_inputs(const plan *p, const relcl_attn_desc *desc, rel
  * each sequence is one strided-batched GEMM over the heads. (CLBlast's offset-array batched
  * GEMM would be one call, but Oclgrind flags its results as uninitialized.) */
 
+/* The label GEMMs of labels_from and add_from_labels run one entry per (sequence, head), each
+ * as small as the per-head products: shared tables as one batched call over all B H entries
+ * (the table's stride 0), per-head tables as one call per sequence over its heads (the
+ * tables' stride). An entry of R x nq x d is below CLBlast's switch to its indirect kernel,
+ * so CLBlast runs its direct kernel, which pads nothing; as one product over all rows, the
+ * indirect kernel padded R (17 or 33) and d (64) to its tiles (README, "What is left"). */
+typedef struct entries {
+  size_t calls, batch, w_stride;
+} entries;
+
+static entries label_entries(const plan *p, bool per_head) {
+  return per_head ? (entries){p->B, p->H, p->table} : (entries){1, p->BH, 0};
+}
+
 /* One label value per row and label, X (rows x d) . W[window]^T, W shared or per head, stored
  * label-major: the value of row bh * nq + i and label column c at bh * gather_block(p) +
  * c * gather_label(p) + i. So the GEMM's short side (R labels) is its M, which CLBlast's
@@ -129,14 +143,12 @@ static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head
                                 relcl_buf W, relcl_buf out) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
   const size_t block = gather_block(p, per_head), label = gather_label(p, per_head);
-  if (!per_head) /* (R x rows) = W[window] . X^T */
-    return REL_GEMM(ctx, false, true, (size_t)p->R, p->rows, p->d, 1.0f, win, p->d, 0, X, p->d,
-                       0, 0.0f, out, label, 0, 1);
-  for (size_t b = 0; b < p->B; b++) { /* (R x nq) per head = W_h[window] . X_bh^T */
+  const entries e = label_entries(p, per_head);
+  for (size_t b = 0; b < e.calls; b++) { /* (R x nq) per entry = W[window] . X_bh^T */
     relcl_status st = REL_GEMM(
-        ctx, false, true, (size_t)p->R, p->nq, p->d, 1.0f, win, p->d, p->table,
-        relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, 0.0f,
-        relcl_buf_at(out.mem, out.offset + b * p->H * block), label, block, p->H);
+        ctx, false, true, (size_t)p->R, p->nq, p->d, 1.0f, win, p->d, e.w_stride,
+        relcl_buf_at(X.mem, X.offset + b * e.batch * p->nq * p->d), p->d, p->nq * p->d, 0.0f,
+        relcl_buf_at(out.mem, out.offset + b * e.batch * block), label, block, e.batch);
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;
@@ -154,15 +166,14 @@ static void gather_args(relcl__args *a, const plan *p, bool per_head) {
 static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
                                     relcl_buf W, relcl_buf Y) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
-  if (!per_head)
-    return REL_GEMM(ctx, false, false, p->rows, p->d, (size_t)p->R, 1.0f, L, (size_t)p->R, 0,
-                       win, p->d, 0, 1.0f, Y, p->d, 0, 1);
-  for (size_t b = 0; b < p->B; b++) {
+  const entries e = label_entries(p, per_head);
+  for (size_t b = 0; b < e.calls; b++) {
     relcl_status st = REL_GEMM(
         ctx, false, false, p->nq, p->d, (size_t)p->R, 1.0f,
-        relcl_buf_at(L.mem, L.offset + b * p->H * p->nq * (size_t)p->R), (size_t)p->R,
-        p->nq * (size_t)p->R, win, p->d, p->table, 1.0f,
-        relcl_buf_at(Y.mem, Y.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, p->H);
+        relcl_buf_at(L.mem, L.offset + b * e.batch * p->nq * (size_t)p->R), (size_t)p->R,
+        p->nq * (size_t)p->R, win, p->d, e.w_stride, 1.0f,
+        relcl_buf_at(Y.mem, Y.offset + b * e.batch * p->nq * p->d), p->d, p->nq * p->d,
+        e.batch);
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;
