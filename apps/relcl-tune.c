@@ -717,14 +717,24 @@ static const char *const cpu_xgemm_sets[] = {
 };
 enum { N_CPU_SETS = sizeof cpu_xgemm_sets / sizeof *cpu_xgemm_sets };
 
+/* The direct kernel's parameters that go with the sweep's fastest set: the Zen 1 EPYC's of
+ * session 10, 8 x 8 tiles of 1 x 2 work-items (8 x 4 results each, float8 x float4) with the
+ * tile's K unrolled, which ran the attention's per-head products (batched 32x32x64 and its
+ * transposes, x500) 2.5 to 4 times faster than CLBlast's tuner's 2 x 2 results on 4 x 4
+ * work-items there, decoding's small products no slower. CLBlast's direct tuner times one
+ * square-ish product, not these; the step check (relcl's own step) decides. */
+static const char *const cpu_direct_set =
+    "{\"KWID\":8,\"MDIMAD\":1,\"MDIMCD\":1,\"NDIMBD\":2,\"NDIMCD\":2,\"PADA\":1,"
+    "\"PADB\":1,\"VWMD\":8,\"VWND\":4,\"WGD\":8}";
+
 /* On a CPU device: time relcl's long products (time_long_products) with each set above in
  * place of the tuners' Xgemm (the rest of the kernels kept, K_CHUNK 512, which keeps a
  * slice's operands in the caches of the CPUs measured so far), the first set whatever the
  * time, the others while `until` (an absolute now()) is ahead. tuners_ms is the tuners'
  * kernels' time on the same products (choose_k_chunk's; 0: unknown). Records the times,
  * the tuners' first, in measured["XgemmCpuSweep"]; returns the kernels (JSON text, to
- * free, without K_CHUNK) of the fastest set, NULL when none ran, and in *beat whether it
- * beat the tuners'. */
+ * free, without K_CHUNK) of the fastest set with cpu_direct_set, NULL when none ran, and in
+ * *beat whether it beat the tuners'. */
 static char *cpu_sweep(const char *spec, const char *dir, const cJSON *head, const cJSON *kernels,
                        double tuners_ms, bool quick, double until, cJSON *measured, bool *beat) {
   char file[4300], err[512];
@@ -780,6 +790,7 @@ static char *cpu_sweep(const char *spec, const char *dir, const cJSON *head, con
   }
   printf("; fastest set: %d\n", best + 1);
   set_entry(k, "Xgemm", cJSON_Parse(cpu_xgemm_sets[best]));
+  set_entry(k, "XgemmDirect", cJSON_Parse(cpu_direct_set));
   set_entry(k, "RelclGemm", NULL);
   char *text = cJSON_PrintUnformatted(k);
   cJSON_Delete(k);

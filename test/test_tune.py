@@ -119,6 +119,10 @@ def main():
                       f"K_CHUNK timed for the fastest set: {kc}")
                 check(kernels.get("Xgemm") == fastest["Xgemm"],
                       f"chosen, the file holds the fastest set: {kernels.get('Xgemm')}")
+                direct = kernels.get("XgemmDirect", {})
+                check(direct.get("WGD") == 8 and direct.get("MDIMCD") == 1
+                      and direct.get("NDIMCD") == 2 and direct.get("KWID") == 8,
+                      f"with relcl's direct-kernel set for the per-head products: {direct}")
                 if kc:
                     best_chunk = int(min(kc, key=lambda c: kc[c]))
                     check(kernels.get("RelclGemm", {}).get("K_CHUNK", 0) == best_chunk,
