@@ -612,6 +612,8 @@ static relcl_status heads_launch(relcl_context *ctx, const char *kname, int part
   RELCL__ARG(&a, n);
   RELCL__ARG(&a, heads);
   RELCL__ARG(&a, head_dim);
+  if (relcl__row_item(ctx)) /* kernels/layers.cl: a work-item per row of a head */
+    return launch_nd(ctx, k, &a, 2, (size_t)n, (size_t)batch * heads, 1);
   return launch_nd(ctx, k, &a, 3, (size_t)head_dim, (size_t)n, (size_t)batch * heads);
 }
 
