@@ -319,15 +319,27 @@ __kernel void relu_bwd(__global const float *y, uint y_off, __global const float
   if (i < n) dx[dx_off + i] = y[y_off + i] > 0.0f ? dy[dy_off + i] : 0.0f;
 }
 
-/* y (rows, cols) row stride ld: y += b, then ReLU with RELCL_RELU. Global (cols, rows). */
+/* y (rows, cols) row stride ld: y += b, then ReLU with RELCL_RELU. Global (cols, rows); item
+ * shape (CPUs) global (rows): a work-item does its row, a loop the compiler vectorizes. */
 __kernel void bias_add(__global float *y, uint y_off, int ld, __global const float *b,
                        uint b_off, int rows, int cols, int flags) {
+#ifdef RELCL_ROW_ITEM
+  const int r = get_global_id(0);
+  if (r >= rows) return;
+  __global float *yr = y + y_off + (size_t)r * ld;
+  __global const float *br = b + b_off;
+  if (flags & RELCL_RELU)
+    for (int c = 0; c < cols; c++) yr[c] = fmax(yr[c] + br[c], 0.0f);
+  else
+    for (int c = 0; c < cols; c++) yr[c] += br[c];
+#else
   const int c = get_global_id(0), r = get_global_id(1);
   if (c >= cols || r >= rows) return;
   const size_t i = y_off + (size_t)r * ld + c;
   float v = y[i] + b[b_off + c];
   if (flags & RELCL_RELU) v = fmax(v, 0.0f);
   y[i] = v;
+#endif
 }
 
 /* ---- heads: global (head_dim, n, batch * heads); item shape (n, batch * heads) ----

@@ -419,6 +419,7 @@ static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, re
   RELCL__ARG(&a, rows);
   RELCL__ARG(&a, out);
   RELCL__ARG(&a, flags);
+  if (relcl__row_item(ctx)) return launch_nd(ctx, k, &a, 1, R, 1, 1); /* a work-item a row */
   return launch_nd(ctx, k, &a, 2, O, R, 1);
 }
 
