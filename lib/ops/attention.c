@@ -132,8 +132,10 @@ static entries label_entries(const plan *p, bool per_head) {
 /* One label value per row and label, X (rows x d) . W[window]^T, W shared or per head, stored
  * label-major: the value of row bh * nq + i and label column c at bh * gather_block(p) +
  * c * gather_label(p) + i. So the GEMM's short side (R labels) is its M, which CLBlast's
- * indirect kernel pads to MWG (32 on CPUs) rather than N to NWG (128): 1.5 to 2 times faster
- * on PoCL (README "What is left"). The row kernels read it at those strides. */
+ * indirect kernel padded to MWG (32 on CPUs) rather than N to NWG (128) when this was one
+ * product over all rows: 1.5 to 2 times faster on PoCL (README "What is left"); the direct
+ * kernel that runs the entries now reads either way. The row kernels read it at those
+ * strides. */
 static size_t gather_block(const plan *p, bool per_head) {
   return per_head ? p->nq * (size_t)p->R : p->nq;
 }
