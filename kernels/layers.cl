@@ -351,48 +351,33 @@ __kernel void bias_add(__global float *y, uint y_off, int ld, __global const flo
  * loop the compiler vectorizes: on the Zen 1 EPYC 21 + 20 ms a relcl-bench step for split and
  * merge against 92 + 85 with an element a work-item. */
 
-__kernel void heads_split(__global const float *x, uint x_off, int ld, __global float *y,
-                          uint y_off, int parts, int n, int heads, int head_dim) {
-#ifdef RELCL_ROW_ITEM /* global (n, batch * heads): a work-item copies its rows' head_dim runs */
-  const int t = get_global_id(0), bh = get_global_id(1);
-  if (t >= n) return;
+/* Both directions: `split` moves x's rows into y's heads, else y's rows from x's heads. */
+inline void relcl_heads_copy(__global const float *x, uint x_off, int ld, __global float *y,
+                             uint y_off, int parts, int n, int heads, int head_dim, int split) {
+#ifdef RELCL_ROW_ITEM /* global (n, batch * heads): the head_dim floats of a row of a head */
+  const int t = get_global_id(0), bh = get_global_id(1), e0 = 0, e1 = head_dim;
   const size_t part = get_global_size(1) * (size_t)n * head_dim;
-#else
-  const int e = get_global_id(0), t = get_global_id(1), bh = get_global_id(2);
-  if (e >= head_dim || t >= n) return;
+#else /* global (head_dim, n, batch * heads): one element */
+  const int e0 = get_global_id(0), e1 = e0 + 1, t = get_global_id(1), bh = get_global_id(2);
   const size_t part = get_global_size(2) * (size_t)n * head_dim; /* one (B, H, n, dh) */
 #endif
+  if (e0 >= head_dim || t >= n) return;
   const int b = bh / heads, h = bh - b * heads;
   for (int q = 0; q < parts; q++) {
-    __global float *dst = y + y_off + q * part + ((size_t)bh * n + t) * head_dim;
-    __global const float *src = x + x_off + ((size_t)b * n + t) * ld + (q * heads + h) * head_dim;
-#ifdef RELCL_ROW_ITEM
-    for (int e = 0; e < head_dim; e++) dst[e] = src[e];
-#else
-    dst[e] = src[e];
-#endif
+    const size_t in_heads = q * part + ((size_t)bh * n + t) * head_dim;
+    const size_t in_rows = ((size_t)b * n + t) * ld + (q * heads + h) * head_dim;
+    __global float *dst = y + y_off + (split ? in_heads : in_rows);
+    __global const float *src = x + x_off + (split ? in_rows : in_heads);
+    for (int e = e0; e < e1; e++) dst[e] = src[e];
   }
+}
+
+__kernel void heads_split(__global const float *x, uint x_off, int ld, __global float *y,
+                          uint y_off, int parts, int n, int heads, int head_dim) {
+  relcl_heads_copy(x, x_off, ld, y, y_off, parts, n, heads, head_dim, 1);
 }
 
 __kernel void heads_merge(__global const float *x, uint x_off, __global float *y, uint y_off,
                           int ld, int parts, int n, int heads, int head_dim) {
-#ifdef RELCL_ROW_ITEM
-  const int t = get_global_id(0), bh = get_global_id(1);
-  if (t >= n) return;
-  const size_t part = get_global_size(1) * (size_t)n * head_dim;
-#else
-  const int e = get_global_id(0), t = get_global_id(1), bh = get_global_id(2);
-  if (e >= head_dim || t >= n) return;
-  const size_t part = get_global_size(2) * (size_t)n * head_dim;
-#endif
-  const int b = bh / heads, h = bh - b * heads;
-  for (int q = 0; q < parts; q++) {
-    __global float *dst = y + y_off + ((size_t)b * n + t) * ld + (q * heads + h) * head_dim;
-    __global const float *src = x + x_off + q * part + ((size_t)bh * n + t) * head_dim;
-#ifdef RELCL_ROW_ITEM
-    for (int e = 0; e < head_dim; e++) dst[e] = src[e];
-#else
-    dst[e] = src[e];
-#endif
-  }
+  relcl_heads_copy(x, x_off, ld, y, y_off, parts, n, heads, head_dim, 0);
 }
