@@ -148,8 +148,12 @@ static void free_run(device_run *r) {
   free(r->dwV);
 }
 
-/* Forward and backward on the device; dwK and dwV start at zero (they accumulate). */
-static device_run run_device(relcl_context *ctx, const relcl_attn_desc *d, const tensors *t) {
+/* Forward and backward on the device, dwK and dwV starting at dw0: they accumulate
+ * (dW += ...), so check_case starts them at DW0 and adds DW0 to the reference's, and an
+ * overwrite instead of a sum is seen. */
+#define DW0 0.5
+static device_run run_device(relcl_context *ctx, const relcl_attn_desc *d, const tensors *t,
+                             float dw0) {
   cl_mem Q = tu_upload(ctx, t->Q, t->nQ), K = tu_upload(ctx, t->K, t->nKV),
          V = tu_upload(ctx, t->V, t->nKV), wK = tu_upload(ctx, t->wK, t->nW),
          wV = tu_upload(ctx, t->wV, t->nW), dZ = tu_upload(ctx, t->dZ, t->nQ);
@@ -162,8 +166,8 @@ static device_run run_device(relcl_context *ctx, const relcl_attn_desc *d, const
   TU_OK(relcl_alloc(ctx, t->nKV, &dV));
   TU_OK(relcl_alloc(ctx, t->nW, &dwK));
   TU_OK(relcl_alloc(ctx, t->nW, &dwV));
-  TU_OK(relcl_fill(ctx, relcl_buf_at(dwK, 0), 0.0f, t->nW));
-  TU_OK(relcl_fill(ctx, relcl_buf_at(dwV, 0), 0.0f, t->nW));
+  TU_OK(relcl_fill(ctx, relcl_buf_at(dwK, 0), dw0, t->nW));
+  TU_OK(relcl_fill(ctx, relcl_buf_at(dwV, 0), dw0, t->nW));
   relcl_buf none = RELCL_BUF_NONE;
   relcl_buf klb = kl ? relcl_buf_at(kl, 0) : none;
   TU_OK(relcl_attn_forward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0), relcl_buf_at(V, 0),
@@ -200,8 +204,12 @@ static void check_case(relcl_context *ctx, const attn_case *c) {
   for (size_t i = 0; i < t.nQ; i++) dZ[i] = t.dZ[i];
   ref_attn_forward(&d, t.Q, t.K, t.V, t.wK, t.wV, t.key_len, Z, P);
   ref_attn_backward(&d, t.Q, t.K, t.V, t.wK, t.wV, t.key_len, dZ, dQ, dK, dV, dwK, dwV);
+  for (size_t i = 0; i < t.nW; i++) {
+    dwK[i] += DW0;
+    dwV[i] += DW0;
+  }
 
-  device_run r = run_device(ctx, &d, &t);
+  device_run r = run_device(ctx, &d, &t, (float)DW0);
   const double fwd_tol = 2e-5, bwd_tol = 1e-4;
   double e;
   e = tu_rel_err(r.Z, Z, t.nQ, 1e-2);
@@ -224,7 +232,7 @@ static void check_case(relcl_context *ctx, const attn_case *c) {
   }
 
   /* the same call again gives the same bits: no order depends on scheduling */
-  device_run r2 = run_device(ctx, &d, &t);
+  device_run r2 = run_device(ctx, &d, &t, (float)DW0);
   int same = same_bits(r.Z, r2.Z, t.nQ) && same_bits(r.probs, r2.probs, t.nP) &&
              same_bits(r.dQ, r2.dQ, t.nQ) && same_bits(r.dK, r2.dK, t.nKV) &&
              same_bits(r.dV, r2.dV, t.nKV) && same_bits(r.dwK, r2.dwK, t.nW) &&
@@ -252,7 +260,7 @@ static void check_k0_is_positionless(relcl_context *ctx) {
   cn.rel = 0;
   relcl_attn_desc d0 = desc_of(&c0), dn = desc_of(&cn);
   tensors t = make_tensors(&c0, 77);
-  device_run a = run_device(ctx, &d0, &t), b = run_device(ctx, &dn, &t);
+  device_run a = run_device(ctx, &d0, &t, 0.0f), b = run_device(ctx, &dn, &t, 0.0f);
   double *pb = calloc(t.nP, sizeof *pb), *zb = calloc(t.nQ, sizeof *zb);
   for (size_t i = 0; i < t.nP; i++) pb[i] = b.probs[i];
   for (size_t i = 0; i < t.nQ; i++) zb[i] = (double)b.Z[i] + t.wV[i % (size_t)c0.d];
@@ -274,7 +282,7 @@ static void check_k0_is_positionless(relcl_context *ctx) {
 static void check_finite_differences(relcl_context *ctx, const attn_case *c) {
   relcl_attn_desc d = desc_of(c);
   tensors t = make_tensors(c, 555);
-  device_run g = run_device(ctx, &d, &t);
+  device_run g = run_device(ctx, &d, &t, 0.0f);
   struct {
     const char *name;
     float *x, *grad;
