@@ -40,5 +40,7 @@
 /* layers.cl colsum_partial, ln_param_partial in the item shape (common.cl): adjacent columns
  * one work-item sums as one vector (an OpenCL vector width: 2, 4, 8 or 16) */
 #define RELCL_COL_VEC 8
+/* common.cl RELCL_FOR_ELEMENTS in the item shape: elements a work-item */
+#define RELCL_ELEM_RUN 64
 
 #endif

@@ -24,17 +24,17 @@ __kernel void adam_update(__global float *param, uint p_off, __global const floa
                           uint v_off, __global const float *sumsq, uint s_off, uint n,
                           float lr_bc1, float inv_sqrt_bc2, float beta1, float beta2, float eps,
                           float grad_scale, float clip_norm, int flags) {
-  const uint i = get_global_id(0);
-  if (i >= n) return;
   float c = grad_scale;
   if (flags & RELCL_CLIP) {
     const float norm = grad_scale * sqrt(sumsq[s_off]);
     if (norm > clip_norm) c *= clip_norm / (norm + 1e-6f);
   }
-  const float g = c * grad[g_off + i];
-  const float mi = beta1 * m[m_off + i] + (1.0f - beta1) * g;
-  const float vi = beta2 * v[v_off + i] + (1.0f - beta2) * g * g;
-  m[m_off + i] = mi;
-  v[v_off + i] = vi;
-  param[p_off + i] -= lr_bc1 * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);
+  RELCL_FOR_ELEMENTS(i, n) {
+    const float g = c * grad[g_off + i];
+    const float mi = beta1 * m[m_off + i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[v_off + i] + (1.0f - beta2) * g * g;
+    m[m_off + i] = mi;
+    v[v_off + i] = vi;
+    param[p_off + i] -= lr_bc1 * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
 }

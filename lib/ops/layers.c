@@ -46,6 +46,14 @@ static relcl_status launch_1d(relcl_context *ctx, relcl__kernel_entry *k, relcl_
   return relcl__launch(ctx, k, a, 1, &global, &wg);
 }
 
+/* A kernel over n elements written with kernels/common.cl's RELCL_FOR_ELEMENTS: a work-item
+ * an element, or a run of RELCL_ELEM_RUN elements in the item shape. */
+static relcl_status launch_elements(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
+                                    size_t n) {
+  return launch_1d(ctx, k, a,
+                   relcl__row_item(ctx) ? (n + RELCL_ELEM_RUN - 1) / RELCL_ELEM_RUN : n);
+}
+
 /* Global (n0, n1[, n2]) with groups (w, 1[, 1]); the kernels guard the rounded-up n0. */
 static relcl_status launch_nd(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                               cl_uint dims, size_t n0, size_t n1, size_t n2) {
@@ -827,7 +835,7 @@ relcl_status relcl__adam_update(relcl_context *ctx, size_t n, const relcl_adam_a
   RELCL__ARG(&a, gs);
   RELCL__ARG(&a, cn);
   RELCL__ARG(&a, flags);
-  return launch_1d(ctx, k, &a, n);
+  return launch_elements(ctx, k, &a, n);
 }
 
 relcl_status relcl_adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
