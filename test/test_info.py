@@ -22,8 +22,8 @@ def check(ok, what):
         failed += 1
 
 
-def run(info, device, *args):
-    env = dict(os.environ)
+def run(info, device, *args, **extra_env):
+    env = dict(os.environ, **extra_env)
     if device is None:
         env.pop("RELCL_DEVICE", None)
     else:
@@ -45,6 +45,13 @@ def main():
           f"RELCL_DEVICE=0:0 exits 0 and marks 0:0 (got {r.returncode})")
     r = run(info, "", "--bogus")
     check(r.returncode == 2 and "--bogus" in r.stderr, "an unknown argument exits 2")
+
+    # a RELCL_TUNING file that is not there: said so (not "not for this device"), exit 0
+    missing = "/nonexistent-dir/relcl-tuning.json"
+    r = run(info, "0:0", RELCL_TUNING=missing)
+    line = [x for x in r.stdout.splitlines() if x.startswith("CLBlast tuning")]
+    check(r.returncode == 0 and len(line) == 1 and missing in line[0]
+          and "cannot be read" in line[0], f"RELCL_TUNING={missing}: {line}")
 
     if "Portable Computing Language" in listing.stdout:
         r = run(info, "POCL")

@@ -34,6 +34,7 @@
 #include <cpuid.h>
 #endif
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,7 +202,15 @@ void relcl__tuning_apply(relcl_context *ctx) {
   }
   best_file best = {0, RELCL_TUNING_NONE, NULL, ""};
   if (env && env[0]) {
-    consider(&best, &dev, read_all(env), env);
+    errno = 0;
+    char *text = read_all(env);
+    if (text == NULL) { /* say so: "not for this device" would send the user the wrong way */
+      snprintf(used, used_size,
+               "none (CLBlast's defaults): RELCL_TUNING=%.800s cannot be read (%s)", env,
+               errno ? strerror(errno) : "over 16 MiB or cut short");
+      return;
+    }
+    consider(&best, &dev, text, env);
   } else {
     char dir[4096];
     relcl__cache_dir(dir, sizeof dir);
