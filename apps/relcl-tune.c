@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -55,6 +56,7 @@ static void usage(FILE *f) {
           "usage: " PROG " [--device SPEC] [--quick] [--budget SECONDS] [--output FILE]\n"
           "       [--xgemm-shapes LIST] [--direct-shapes LIST] [--routine-shapes LIST]\n"
           "       [--if-needed] [--step-check full|quick|off]\n"
+          "       " PROG " [--device SPEC] --check FILE\n"
           "Runs CLBlast's SGEMM tuners on one device (clblast_tuner_xgemm for the indirect\n"
           "kernel, clblast_tuner_xgemm_direct for the direct one, clblast_tuner_routine_xgemm\n"
           "for the size at which to switch between them) at the GEMM shapes relcl runs, and\n"
@@ -72,6 +74,8 @@ static void usage(FILE *f) {
           "  --step-check   time the candidates on the tiny preset's step (full, default),\n"
           "                 on a 1+1-layer model (quick), or not at all (off: the tuners' result)\n"
           "  --bench PATH   the relcl-bench to time steps with (default: next to relcl-tune)\n"
+          "  --check FILE   only check that the tuning file FILE's parameters compute right\n"
+          "                 products on the device (every candidate is checked so): exit 0 or 1\n"
           "Defaults: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n"
           "With --quick: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n",
           default_xgemm, default_direct, default_routine, quick_xgemm, quick_direct,
@@ -433,6 +437,7 @@ typedef struct candidate {
   double best;    /* fastest median seconds per step over the rounds; 0: no run succeeded */
   double sec[4];
   int n;
+  char products[512]; /* check_products' verdict: "right", or why not (then never timed) */
 } candidate;
 
 /* relcl-bench, next to this program (the build tree's apps/ or the install's bindir) */
@@ -570,22 +575,185 @@ static cJSON *k_chunk_entry(int chunk) {
   return g;
 }
 
+/* ---- the product check: a set's products against a sum in double ---- */
+
+/* A context on `spec` with the tuning file `file` ("off": CLBlast's defaults) applied. */
+static relcl_status context_with(const char *spec, const char *file, relcl_context **ctx) {
+  const char *was = getenv("RELCL_TUNING");
+  char *saved = was ? strdup(was) : NULL;
+  setenv("RELCL_TUNING", file, 1);
+  relcl_status st = relcl_context_create(ctx, spec);
+  if (saved)
+    setenv("RELCL_TUNING", saved, 1);
+  else
+    unsetenv("RELCL_TUNING");
+  free(saved);
+  return st;
+}
+
+static float next_uniform(unsigned long long *s) { /* xorshift64, in [-1, 1] */
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return (float)((*s >> 40) % 2001) / 1000.0f - 1.0f;
+}
+
+/* |got - want| over sqrt(K) of entry (i, j) of C (m x n) = sum over K terms of
+ * a[i * ai + k * ak] * b[j * bj + k * bk]; NaN when got is NaN. */
+static double entry_error(const float *got, int n, int K, const float *a, int ai, int ak,
+                          const float *b, int bj, int bk, int i, int j) {
+  double want = 0.0;
+  for (int k = 0; k < K; k++)
+    want += (double)a[(size_t)i * ai + (size_t)k * ak] * b[(size_t)j * bj + (size_t)k * bk];
+  return fabs((double)got[(size_t)i * n + j] - want) / sqrt((double)K);
+}
+
+static void keep_worst(double *worst, double e) {
+  if (!(e <= *worst)) *worst = e; /* NaN counts as wrong */
+}
+
+/* The largest entry_error of one product: every entry up to 1e8 multiply-adds; above, the
+ * last row and column (the partial tiles) and 4096 entries spread by a fixed sequence. */
+static double product_error(const float *got, int m, int n, int K, const float *a, int ai,
+                            int ak, const float *b, int bj, int bk) {
+  double worst = 0.0;
+  const bool all = (double)m * n * K <= 1e8;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++)
+      if (all || i == m - 1 || j == n - 1)
+        keep_worst(&worst, entry_error(got, n, K, a, ai, ak, b, bj, bk, i, j));
+  unsigned long long s = 1;
+  for (int t = 0; t < 4096 && !all; t++) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    int i = (int)((s >> 33) % (unsigned)m), j = (int)((s >> 11) % (unsigned)n);
+    keep_worst(&worst, entry_error(got, n, K, a, ai, ak, b, bj, bk, i, j));
+  }
+  return worst;
+}
+
+/* The applied tuning's switch to CLBlast's indirect kernel (GemmRoutine
+ * XGEMM_MIN_INDIRECT_SIZE), 0 when it does not say. */
+static long indirect_switch(relcl_context *ctx) {
+  cJSON *k = cJSON_Parse(relcl_context_tuning_kernels(ctx) ? relcl_context_tuning_kernels(ctx)
+                                                           : "{}");
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, "XGEMM_MIN_INDIRECT_SIZE");
+  long sw = cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 1e5 ? (long)v->valuedouble
+                                                                             : 0;
+  cJSON_Delete(k);
+  return sw;
+}
+
+/* CLBlast accepts parameter sets whose kernels compute wrong products: on the Zen 1 EPYC
+ * under PoCL, GEMMK 1 with KREG 1 and VWN 8 (3.5 times faster than the right sets) and
+ * GEMMK 1 with NWG 16, KREG 4 and VWN 4 (README "The large products against OpenBLAS").
+ * So a set counts only after the products of a linear layer's forward and backward (x W^T,
+ * dy W, dy^T x: CLBlast's three layouts as relcl calls them) match a sum in double: once
+ * large, for the indirect kernel, with sizes off its tiles and an inner dimension that
+ * K_CHUNK cuts, once small, for the direct kernel. Inputs in [-1, 1]: float rounding is
+ * about 1e-7 of sqrt(K) here, a wrong product O(1). 0, or 1 with the reason in err. */
+static int check_products(relcl_context *ctx, char *err, size_t err_size) {
+  /* rows, in, out; the large one past the tuning's switch (CLBlast's own is 384 or less) */
+  long sw = indirect_switch(ctx);
+  if (sw < 384) sw = 384;
+  int shapes[2][3] = {{1100, 136, 264}, {7, 33, 20}};
+  while ((double)shapes[0][0] * shapes[0][1] * shapes[0][2] < (double)sw * sw * sw) {
+    shapes[0][1] *= 2;
+    shapes[0][2] *= 2;
+  }
+  unsigned long long seed = 88172645463325252ULL;
+  int rc = 0;
+  for (int t = 0; t < 2 && rc == 0; t++) {
+    const int rows = shapes[t][0], in = shapes[t][1], out = shapes[t][2];
+    const size_t n[6] = {(size_t)rows * in, (size_t)out * in, (size_t)rows * out,
+                         (size_t)rows * out, (size_t)rows * in, (size_t)out * in};
+    float *h[6] = {NULL}; /* x, W, dy, y, dx, dW */
+    cl_mem m[6] = {NULL};
+    relcl_status st = RELCL_OK;
+    for (int i = 0; i < 6; i++)
+      if ((h[i] = malloc(n[i] * sizeof(float))) == NULL) st = RELCL_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < 6 && st == RELCL_OK; i++) st = relcl_alloc(ctx, n[i], &m[i]);
+    for (int i = 0; i < 3 && st == RELCL_OK; i++) {
+      for (size_t j = 0; j < n[i]; j++) h[i][j] = next_uniform(&seed);
+      st = relcl_write(ctx, relcl_buf_at(m[i], 0), h[i], n[i]);
+    }
+    if (st == RELCL_OK) st = relcl_fill(ctx, relcl_buf_at(m[5], 0), 0.0f, n[5]);
+    if (st == RELCL_OK)
+      st = relcl_linear_forward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
+                                relcl_buf_at(m[1], 0), RELCL_BUF_NONE, relcl_buf_at(m[3], 0));
+    if (st == RELCL_OK)
+      st = relcl_linear_backward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
+                                 relcl_buf_at(m[1], 0), relcl_buf_at(m[2], 0),
+                                 relcl_buf_at(m[4], 0), 0, relcl_buf_at(m[5], 0),
+                                 RELCL_BUF_NONE);
+    for (int i = 3; i < 6 && st == RELCL_OK; i++)
+      st = relcl_read(ctx, relcl_buf_at(m[i], 0), h[i], n[i]);
+    if (st != RELCL_OK) {
+      snprintf(err, err_size, "the product check: %s: %s", relcl_status_str(st),
+               relcl_last_error());
+      rc = 1;
+    } else {
+      /* y = x W^T, dx = dy W, dW = dy^T x */
+      const struct {
+        const char *what;
+        double e;
+        int m, n, k;
+      } p[3] = {
+          {"x W^T", product_error(h[3], rows, out, in, h[0], in, 1, h[1], in, 1), rows, out, in},
+          {"dy W", product_error(h[4], rows, in, out, h[2], out, 1, h[1], 1, in), rows, in, out},
+          {"dy^T x", product_error(h[5], out, in, rows, h[2], 1, out, h[0], 1, in), out, in,
+           rows},
+      };
+      for (int i = 0; i < 3 && rc == 0; i++)
+        if (!(p[i].e < 1e-4)) {
+          snprintf(err, err_size,
+                   "computes wrong products: %s (%dx%dx%d) is off by %.3g sqrt(K) from a sum "
+                   "in double",
+                   p[i].what, p[i].m, p[i].n, p[i].k, p[i].e);
+          rc = 1;
+        }
+    }
+    for (int i = 0; i < 6; i++) {
+      if (m[i]) clReleaseMemObject(m[i]);
+      free(h[i]);
+    }
+  }
+  return rc;
+}
+
+/* check_products with the tuning file `file` applied (a context of its own); must_apply:
+ * also fail when relcl does not apply it (not readable, not for this device). */
+static int check_file(const char *spec, const char *file, bool must_apply, char *err,
+                      size_t err_size) {
+  relcl_context *ctx = NULL;
+  relcl_status st = context_with(spec, file, &ctx);
+  int rc;
+  if (st != RELCL_OK) {
+    snprintf(err, err_size, "%s: %s", relcl_status_str(st), relcl_last_error());
+    rc = 1;
+  } else if (must_apply && relcl_context_tuning_kernels(ctx) == NULL) {
+    snprintf(err, err_size, "not applied: %s", relcl_context_tuning(ctx));
+    rc = 1;
+  } else {
+    rc = check_products(ctx, err, err_size);
+  }
+  if (ctx) relcl_context_destroy(ctx);
+  return rc;
+}
+
 /* Device milliseconds of relcl's products with a long inner dimension under the tuning file
  * `file` (a fresh context applies it): a linear layer's backward over `rows` tokens (dW =
  * dy^T x, inner dimension rows; dx = dy W, inner dimension 1024) and a forward with a wide
  * input (inner dimension `wide`), as in the output layer's backward. The best of `reps`. */
 static int time_long_products(const char *spec, const char *file, int rows, int wide, int reps,
                               double *ms, char *err, size_t err_size) {
-  const char *was = getenv("RELCL_TUNING");
-  char *saved = was ? strdup(was) : NULL;
-  setenv("RELCL_TUNING", file, 1);
   relcl_context *ctx = NULL;
-  relcl_status st = relcl_context_create(&ctx, spec);
-  if (saved)
-    setenv("RELCL_TUNING", saved, 1);
-  else
-    unsetenv("RELCL_TUNING");
-  free(saved);
+  relcl_status st = context_with(spec, file, &ctx);
+  if (st == RELCL_OK && check_products(ctx, err, err_size) != 0) { /* never timed */
+    relcl_context_destroy(ctx);
+    *ms = 1e30;
+    return 1;
+  }
   enum { D = 256, FF = 1024 };
   cl_mem m[7] = {NULL};
   const size_t sizes[7] = {(size_t)rows * D,  (size_t)FF * D,   (size_t)rows * FF,
@@ -797,9 +965,10 @@ static char *cpu_sweep(const char *spec, const char *dir, const cJSON *head, con
   return text;
 }
 
-/* Time every candidate on relcl's training step, in interleaved rounds (so that a change in
- * the machine's load hits all alike), print the table and return the fastest one's index,
- * or -1 when no run succeeded. */
+/* Check every candidate's products (check_products), then time those that are right on
+ * relcl's training step, in interleaved rounds (so that a change in the machine's load hits
+ * all alike), print the table and return the fastest one's index, or -1 when no run
+ * succeeded. */
 static int step_check(candidate *c, int nc, const char *bench, const char *spec, bool quick,
                       int rounds, double seconds, cJSON *out) {
   printf("  timing relcl's training step (%s, %d round%s) with each candidate:\n",
@@ -807,8 +976,18 @@ static int step_check(candidate *c, int nc, const char *bench, const char *spec,
          rounds, rounds == 1 ? "" : "s");
   fflush(stdout);
   double t0 = now();
+  for (int i = 0; i < nc; i++) {
+    char err[512];
+    if (check_file(spec, c[i].file, false, err, sizeof err) == 0) {
+      snprintf(c[i].products, sizeof c[i].products, "right");
+    } else {
+      snprintf(c[i].products, sizeof c[i].products, "%s", err);
+      printf("    %s: %s: not a candidate\n", c[i].name, err);
+    }
+  }
   for (int r = 0; r < rounds; r++)
     for (int i = 0; i < nc; i++) {
+      if (strcmp(c[i].products, "right")) continue;
       /* an equal share of what is left, but enough for one compile and a few steps even
        * when the budget is spent: a run that cannot finish times nothing */
       int runs_left = (rounds - r) * nc - i;
@@ -827,10 +1006,12 @@ static int step_check(candidate *c, int nc, const char *bench, const char *spec,
   for (int i = 0; i < nc; i++) {
     printf("    %-60.60s", c[i].name);
     for (int j = 0; j < c[i].n; j++) printf(" %8.3f", c[i].sec[j]);
-    printf(c[i].n ? " s/step\n" : " no run\n");
+    printf(c[i].n ? " s/step\n" : strcmp(c[i].products, "right") ? " wrong products\n"
+                                                                     : " no run\n");
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "name", c[i].name);
     cJSON_AddItemToObject(e, "seconds_per_step", cJSON_CreateDoubleArray(c[i].sec, c[i].n));
+    cJSON_AddStringToObject(e, "products", c[i].products);
     cJSON_AddItemToArray(arr, e);
     if (c[i].best > 0 && (win < 0 || c[i].best < c[win].best)) win = i;
   }
@@ -849,13 +1030,14 @@ int main(int argc, char **argv) {
       {"if-needed", no_argument, NULL, 'i'},
       {"step-check", required_argument, NULL, 's'},
       {"bench", required_argument, NULL, 'B'},
+      {"check", required_argument, NULL, 'C'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   const char *device = getenv("RELCL_DEVICE"), *output = NULL, *budget_arg = NULL;
   const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
   bool quick = false, if_needed = false;
-  const char *step_arg = "full", *bench_arg = NULL;
+  const char *step_arg = "full", *bench_arg = NULL, *check_arg = NULL;
   int c;
   opterr = 0; /* our own one-line messages */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -879,6 +1061,7 @@ int main(int argc, char **argv) {
     if (c == 'i') if_needed = true;
     if (c == 's') step_arg = optarg;
     if (c == 'B') bench_arg = optarg;
+    if (c == 'C') check_arg = optarg;
   }
   if (optind < argc) {
     fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
@@ -933,6 +1116,16 @@ int main(int argc, char **argv) {
   }
   char spec[32];
   snprintf(spec, sizeof spec, "%d:%d", p, d);
+  if (check_arg) {
+    char err[512];
+    bool must_apply = strcmp(check_arg, "off") != 0;
+    if (check_file(spec, check_arg, must_apply, err, sizeof err) != 0) {
+      fprintf(stderr, PROG ": --check %s on device %s: %s\n", check_arg, spec, err);
+      return 1;
+    }
+    printf("%s: its products on device %s match a sum in double\n", check_arg, spec);
+    return 0;
+  }
   relcl_context *ctx = NULL;
   if (relcl_context_create(&ctx, spec) != RELCL_OK) {
     fprintf(stderr, PROG ": device %s: %s\n", spec, relcl_last_error());
@@ -1242,8 +1435,18 @@ int main(int argc, char **argv) {
   make_dirs(path);
   snprintf(part, sizeof part, "%s.part", path);
   FILE *f = fopen(part, "w");
-  if (!text || !f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0 ||
-      rename(part, path)) {
+  if (!text || !f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0) {
+    fprintf(stderr, PROG ": cannot write %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  /* the candidates were checked one by one; this checks what goes into the file */
+  char err[512];
+  if (check_file(spec, part, false, err, sizeof err) != 0) {
+    fprintf(stderr, PROG ": the chosen parameters %s: nothing written to %s\n", err, path);
+    remove(part);
+    return 1;
+  }
+  if (rename(part, path)) {
     fprintf(stderr, PROG ": cannot write %s: %s\n", path, strerror(errno));
     return 1;
   }

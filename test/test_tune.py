@@ -9,6 +9,10 @@
   - relcl's own K_CHUNK (long products as slices) is timed and the fastest goes with the
     tuners' kernels;
   - --if-needed does nothing when that file applies;
+  - every step-check candidate's products were checked against a sum in double;
+    --check FILE passes the file written, and fails in one line, exit 1, for parameters that
+    compute wrong products (a GEMMK 1 set CLBlast 1.5 accepts: KREG 1 with VWN 8) and for a
+    file that cannot be read;
   - a tuner that dies (a stand-in that aborts like std::bad_alloc) is reported in one line
     with its exit status and the last line of its standard error, exit 1, nothing written;
   - bad flags: one line, exit 2.
@@ -100,6 +104,8 @@ def main():
               and names[-1] == "CLBlast's defaults"
               and all(len(c.get("seconds_per_step", [])) >= 1 for c in cands),
               f"the step check timed every candidate: {cands}")
+        check(all(c.get("products") == "right" for c in cands),
+              f"every candidate's products checked first: {[c.get('products') for c in cands]}")
         # on a CPU, relcl's own Xgemm sets without local memory are timed on the long
         # products beside the tuners' (the first set whatever the budget); the fastest set,
         # with its own K_CHUNK, is a step-check candidate (fastest of all in the fake bench)
@@ -148,6 +154,34 @@ def main():
         check(r.returncode == 0 and "applies already" in r.stdout
               and not os.path.exists(os.path.join(tmp, "never.json")),
               f"--if-needed does nothing when tuning for this device applies: {r.stdout.strip()}")
+
+        # --check: the file just written passes; the same file with an Xgemm set that computes
+        # wrong products (the indirect kernel from 64^3 on, so the check's products reach
+        # it), and a file that is not there, fail in one line
+        r = run([tune, "--check", out], timeout=300)
+        check(r.returncode == 0 and "match a sum in double" in r.stdout,
+              f"--check on the file written: exit 0 ({r.returncode}): {r.stdout.strip()}")
+        wrong = dict(tuned)
+        wrong["kernels"] = dict(kernels)
+        wrong["kernels"]["Xgemm"] = {
+            "GEMMK": 1, "KREG": 1, "KWG": 1, "KWI": 1, "MDIMA": 4, "MDIMC": 4, "MWG": 32,
+            "NDIMB": 4, "NDIMC": 4, "NWG": 32, "SA": 0, "SB": 0, "STRM": 0, "STRN": 0,
+            "VWM": 8, "VWN": 8}
+        wrong["kernels"]["GemmRoutine"] = {"XGEMM_MIN_INDIRECT_SIZE": 64}
+        wrong_file = os.path.join(tmp, "wrong.json")
+        with open(wrong_file, "w") as f:
+            json.dump(wrong, f)
+        r = run([tune, "--check", wrong_file], timeout=300)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1 and wrong_file in lines[0]
+              and "wrong products" in lines[0],
+              f"--check on a set that computes wrong products: exit 1 ({r.returncode}), "
+              f"one line: {r.stderr.strip()}")
+        missing = os.path.join(tmp, "missing.json")
+        r = run([tune, "--check", missing], timeout=300)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1 and "cannot be read" in lines[0],
+              f"--check on a missing file: exit 1 ({r.returncode}), one line: {r.stderr.strip()}")
 
         # a tuner that dies the way CLBlast 1.5's did with -fraction 0.00001
         fake = os.path.join(tmp, "bin")
