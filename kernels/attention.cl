@@ -221,3 +221,36 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   }
   if (flags & RELCL_BUCKET) relcl_bucket_finish(cb, pq, nk, k, rlo, R, left, right, red);
 }
+
+/* A shared table's gradient, dW[r][c] = sum over rows of L[row][r] X[row][c] (L rows x R,
+ * X rows x d), in two passes of fixed order: this one sums each chunk of `chunk` rows into
+ * part (chunks, R, d), layers.cl's colsum_finish then the chunks. Group shape: global
+ * (d, R, chunks), a column a work-item; item shape (CPUs): global (ceil(d / 8), R, chunks),
+ * eight adjacent columns a work-item as one float8. */
+__kernel void table_grad_partial(__global const float *L, uint l_off, __global const float *X,
+                                 uint x_off, __global float *part, uint rows, int R, int d,
+                                 uint chunk) {
+  const int r = get_global_id(1);
+  const uint ch = get_global_id(2);
+  const uint i0 = ch * chunk, i1 = min(rows, i0 + chunk);
+  __global const float *l = L + l_off + r, *x = X + x_off;
+  __global float *out = part + ((size_t)ch * R + r) * d;
+#ifdef RELCL_ROW_ITEM
+  const int c0 = 8 * (int)get_global_id(0);
+  if (c0 + 8 <= d) {
+    float8 s = 0.0f;
+    for (uint i = i0; i < i1; i++) s += l[(size_t)i * R] * vload8(0, x + (size_t)i * d + c0);
+    vstore8(s, 0, out + c0);
+    return;
+  }
+  for (int c = c0; c < d; c++) {
+#else
+  {
+    const int c = get_global_id(0);
+    if (c >= d) return;
+#endif
+    float s = 0.0f;
+    for (uint i = i0; i < i1; i++) s += l[(size_t)i * R] * x[(size_t)i * d + c];
+    out[c] = s;
+  }
+}

@@ -88,8 +88,8 @@ static void drop_params(float p, uint64_t seed, uint64_t stream, cl_uint v[6], f
   *scale = (float)(1.0 / (1.0 - (double)p));
 }
 
-/* Sums of chunks of COLSUM_CHUNK rows of part-producing kernels, then the chunks in order. */
-static relcl_status colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off, int chunks,
+/* Sums of chunks of rows of part-producing kernels, then the chunks in order. */
+relcl_status relcl__colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off, int chunks,
                                   int cols, relcl_buf y, int accumulate) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "colsum_finish", &k);
@@ -170,11 +170,11 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     RELCL__ARG(&a, d);
     RELCL__ARG(&a, chunk);
     if ((st = launch_cols(ctx, k, &a, (size_t)d, (size_t)chunks)) != RELCL_OK) goto done;
-    if (dgain.mem && (st = colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
+    if (dgain.mem && (st = relcl__colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
       goto done;
+    const size_t bias_part = (size_t)chunks * (size_t)d;
     if (dbias.mem &&
-        (st = colsum_finish(ctx, part, (size_t)chunks * (size_t)d, chunks, d, dbias, 1)) !=
-            RELCL_OK)
+        (st = relcl__colsum_finish(ctx, part, bias_part, chunks, d, dbias, 1)) != RELCL_OK)
       goto done;
   }
   if ((st = relcl__kernel(ctx, "layers", "ln_bwd", &k)) != RELCL_OK) goto done;
@@ -671,7 +671,7 @@ relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, 
     RELCL__ARG(&a, chunk);
     if ((st = launch_cols(ctx, k, &a, (size_t)cols, (size_t)chunks)) != RELCL_OK) goto done;
   }
-  st = colsum_finish(ctx, part, 0, chunks, cols, y, accumulate);
+  st = relcl__colsum_finish(ctx, part, 0, chunks, cols, y, accumulate);
 done:
   relcl__pool_put(ctx, part);
   return st;

@@ -28,6 +28,7 @@ relcl_profile_part relcl__kernel_part(const char *name) {
       {"fill", RELCL_PART_COPIES},                  {"heads_split", RELCL_PART_COPIES},
       {"heads_merge", RELCL_PART_COPIES},           {"cache_put", RELCL_PART_COPIES},
       {"cache_gather", RELCL_PART_COPIES},
+      {"table_grad_partial", RELCL_PART_RELATIVE_GEMM}, /* attention.c table_grad */
   };
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
     if (strcmp(parts[i].name, name) == 0) return parts[i].part;
