@@ -181,45 +181,49 @@ static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_
   return RELCL_OK;
 }
 
-/* dW[window] += L^T (rows x R)^T . X (rows x d), summed over batch (and heads when shared),
- * in a fixed order. Per head, one strided-batched GEMM per sequence: the entries of one call
- * write different tables, so no two race and the sum over sequences keeps its order. Shared,
- * relcl's own two passes (kernels/attention.cl table_grad_partial, then the column sum's
- * finish over chunks of TABLE_CHUNK rows): as one CLBlast product (R x d x all rows) the
+/* A shared table's dW[window] += L^T X over all rows, in relcl's own two passes of fixed
+ * order (kernels/attention.cl table_grad_partial over chunks of TABLE_CHUNK rows, then the
+ * column sum's finish over the chunks): as one CLBlast product (R x d x all rows) the
  * indirect kernel padded R to its tiles and ran at about 12 GFLOP/s on PoCL. */
 enum { TABLE_CHUNK = 128 };
 
+static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_buf L,
+                                      relcl_buf X, relcl_buf dst) {
+  const cl_uint rows = (cl_uint)p->rows, chunk = TABLE_CHUNK;
+  const int R = p->R, d = (int)p->d;
+  const size_t chunks = (p->rows + TABLE_CHUNK - 1) / TABLE_CHUNK, cols = (size_t)R * p->d;
+  relcl__kernel_entry *k;
+  cl_mem part = NULL;
+  relcl_status st = relcl__kernel(ctx, "attention", "table_grad_partial", &k);
+  if (st == RELCL_OK) st = relcl__pool_get(ctx, chunks * cols * sizeof(float), &part);
+  if (st == RELCL_OK) {
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
+    relcl__buf_arg(&a, L, NULL);
+    relcl__buf_arg(&a, X, NULL);
+    RELCL__ARG(&a, part);
+    RELCL__ARG(&a, rows);
+    RELCL__ARG(&a, R);
+    RELCL__ARG(&a, d);
+    RELCL__ARG(&a, chunk);
+    /* a work-item for 8 columns (a float8) in the item shape, for one in the group shape */
+    size_t n0 = relcl__row_item(ctx) ? (p->d + 7) / 8 : p->d;
+    size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
+    size_t global[3] = {(n0 + w - 1) / w * w, (size_t)R, chunks}, local[3] = {w, 1, 1};
+    st = relcl__launch(ctx, k, &a, 3, global, local);
+  }
+  if (st == RELCL_OK) st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)cols, dst, 1);
+  relcl__pool_put(ctx, part);
+  return st;
+}
+
+/* dW[window] += L^T (rows x R)^T . X (rows x d), summed over batch (and heads when shared),
+ * in a fixed order. Per head, one strided-batched GEMM per sequence: the entries of one call
+ * write different tables, so no two race and the sum over sequences keeps its order. */
 static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
                                relcl_buf X, relcl_buf dW) {
   relcl_buf dst = relcl_buf_at(dW.mem, dW.offset + (size_t)p->rlo * p->d);
+  if (!per_head) return shared_table_grad(ctx, p, L, X, dst);
   const size_t R = (size_t)p->R;
-  if (!per_head) {
-    const cl_uint rows = (cl_uint)p->rows, chunk = TABLE_CHUNK;
-    const int r = p->R, d = (int)p->d;
-    const size_t chunks = (p->rows + TABLE_CHUNK - 1) / TABLE_CHUNK;
-    relcl__kernel_entry *k;
-    cl_mem part = NULL;
-    relcl_status st = relcl__kernel(ctx, "attention", "table_grad_partial", &k);
-    if (st == RELCL_OK) st = relcl__pool_get(ctx, chunks * R * p->d * sizeof(float), &part);
-    if (st == RELCL_OK) {
-      relcl__args a = {k->kernel, 0, CL_SUCCESS};
-      relcl__buf_arg(&a, L, NULL);
-      relcl__buf_arg(&a, X, NULL);
-      RELCL__ARG(&a, part);
-      RELCL__ARG(&a, rows);
-      RELCL__ARG(&a, r);
-      RELCL__ARG(&a, d);
-      RELCL__ARG(&a, chunk);
-      size_t n0 = relcl__row_item(ctx) ? (p->d + 7) / 8 : p->d;
-      size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
-      size_t global[3] = {(n0 + w - 1) / w * w, R, chunks}, local[3] = {w, 1, 1};
-      st = relcl__launch(ctx, k, &a, 3, global, local);
-    }
-    if (st == RELCL_OK)
-      st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)(R * p->d), dst, 1);
-    relcl__pool_put(ctx, part);
-    return st;
-  }
   for (size_t b = 0; b < p->B; b++) {
     relcl_status st = REL_GEMM(
         ctx, true, false, R, p->d, p->nq, 1.0f,
