@@ -211,11 +211,12 @@ const char *relcl_profile_part_name(relcl_profile_part part);
 
 /* Timings of one kernel, or of one GEMM shape, summed since the last reset. */
 typedef struct relcl_profile_entry {
-  const char *name; /* kernel name, or "SGEMM[ A^T][ B^T] MxNxK xBATCH"; valid until reset */
+  const char *name; /* kernel name, "SGEMM[ A^T][ B^T] MxNxK xBATCH" for CLBlast's products,
+                     * "kernel MxNxK" for relcl's own; valid until reset */
   relcl_profile_part part;
   double ms;        /* device time (CL_PROFILING_COMMAND_START to _END), summed */
   long calls;
-  size_t m, n, k, batch; /* GEMM shape; 0 for kernels and copies */
+  size_t m, n, k, batch; /* a product's shape; 0 for other kernels and copies */
 } relcl_profile_entry;
 
 /* Totals since the last reset. busy_ms: summed device time of every command (the queue is

@@ -19,6 +19,7 @@
 #include "ref/ref.h"
 #include "ref/ref_layers.h"
 #include "ops.h" /* the fused ops the model's graph calls (not public) */
+#include "runtime.h" /* relcl__transpose (not public) */
 #include "relcl_layers.h"
 #include "testutil.h"
 
@@ -35,6 +36,7 @@ typedef enum {
   OP_XENT,
   OP_ARGMAX,
   OP_ADAM,
+  OP_TRANSPOSE, /* gemm.c's operand transpose (relcl__transpose, kernels/util.cl) */
 } op_kind;
 
 /* a, b, c: the op's sizes (see each check_*); f: eps, p, or lr; flag: the op's variant. */
@@ -75,6 +77,12 @@ static const layer_case cases[] = {
      * the whole tiles and one for the rest (lib/runtime/gemm.c) under a tuning that gives
      * the tile; the weight gradient's 1037 rows in K_CHUNK slices of 384 */
     {OP_LINEAR, "linear 1037x64x40 acc", 1037, 64, 40, 0, 3},
+    /* sizes in whole tiles of the shipped Zen 1 tuning (NWG, MWG 32, KWG 128): on a CPU the
+     * forward's x and W and the input gradient's dy go through relcl's transpose kernel
+     * before CLBlast (gemm.c own_transpose), the whole tiles' 1024 rows here, and the
+     * input gradient's dy as two K_CHUNK slices of 512 of its 1024 columns below */
+    {OP_LINEAR, "linear 1037x128x128 acc", 1037, 128, 128, 0, 3},
+    {OP_LINEAR, "linear 544x64x1024", 544, 64, 1024, 0, 1},
     /* element-wise: a n */
     {OP_ELEMENTWISE, "eltwise n=1", 1, 0, 0, 0, 0},
     {OP_ELEMENTWISE, "eltwise n=1001", 1001, 0, 0, 0, 0},
@@ -115,6 +123,13 @@ static const layer_case cases[] = {
     {OP_ADAM, "adam n=1000", 1000, 0, 0, 1e-2f, 0},
     {OP_ADAM, "adam clip active", 777, 0, 0, 1e-2f, 1},
     {OP_ADAM, "adam clip inactive", 300, 0, 0, 1e-2f, 2},
+    /* transpose: a rows, b cols, c extra leading dimension; blocks of 8 x 8 and edges */
+    {OP_TRANSPOSE, "transpose 1x1", 1, 1, 0, 0, 0},
+    {OP_TRANSPOSE, "transpose 8x8", 8, 8, 0, 0, 0},
+    {OP_TRANSPOSE, "transpose 7x13 ld+3", 7, 13, 3, 0, 0},
+    {OP_TRANSPOSE, "transpose 17x40 ld+5", 17, 40, 5, 0, 0},
+    {OP_TRANSPOSE, "transpose 130x9", 130, 9, 0, 0, 0},
+    {OP_TRANSPOSE, "transpose 256x136", 256, 136, 0, 0, 0},
 };
 
 /* ---- helpers ---- */
@@ -463,6 +478,35 @@ static void check_elementwise(relcl_context *ctx, const layer_case *c) {
   free(x), free(r), free(dy), free(y), free(dx), free(s), free(z);
 }
 
+/* ---- gemm.c's transpose ---- */
+
+/* x (rows x cols, leading dimension cols + extra) at offset 5 of its buffer, transposed to
+ * offset 3 of one whose leading dimension is rows + 2: every entry exact, and the
+ * entries around and between the output's rows untouched (a sentinel). */
+static void check_transpose(relcl_context *ctx, const layer_case *c) {
+  const size_t rows = (size_t)c->a, cols = (size_t)c->b, ld = cols + (size_t)c->c;
+  const size_t ld_out = rows + 2, nx = 5 + rows * ld, ny = 3 + cols * ld_out + 4;
+  const float sentinel = -7.25f;
+  float *x = tu_alloc_host(nx), *y0 = tu_alloc_host(ny);
+  tu_fill(x, nx, 91);
+  for (size_t i = 0; i < ny; i++) y0[i] = sentinel;
+  cl_mem X = tu_upload(ctx, x, nx), Y = tu_upload(ctx, y0, ny);
+  TU_OK(relcl__transpose(ctx, relcl_buf_at(X, 5), rows, cols, ld, relcl_buf_at(Y, 3), ld_out));
+  float *y = tu_download(ctx, Y, ny);
+  size_t wrong = 0, touched = 0;
+  for (size_t i = 0; i < ny; i++) {
+    const size_t o = i - 3, cc = o / ld_out, r = o % ld_out;
+    if (i >= 3 && cc < cols && r < rows)
+      wrong += y[i] != x[5 + r * ld + cc];
+    else
+      touched += y[i] != sentinel;
+  }
+  tu_check(wrong == 0, "%-28s every entry exact (%zu wrong)", c->name, wrong);
+  tu_check(touched == 0, "%-28s nothing else written (%zu entries)", c->name, touched);
+  release(X), release(Y);
+  free(x), free(y0), free(y);
+}
+
 /* ---- fused ops of the model's graph ---- */
 
 static void check_fused(relcl_context *ctx, const layer_case *c) {
@@ -773,6 +817,7 @@ int main(int argc, char **argv) {
       case OP_XENT: check_xent(ctx, c); break;
       case OP_ARGMAX: check_argmax(ctx, c); break;
       case OP_ADAM: check_adam(ctx, c); break;
+      case OP_TRANSPOSE: check_transpose(ctx, c); break;
     }
   }
   if (!only) check_errors(ctx);

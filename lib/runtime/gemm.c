@@ -45,6 +45,50 @@ static operand at_zero(const relcl_context *ctx, relcl_buf x, size_t rows, size_
   return o;
 }
 
+/* Which operand relcl transposes itself before CLBlast's indirect kernel (GEMMK 0) runs:
+ * called as one_call() calls it, the kernel reads relcl's A as k x m (A transposed) and
+ * relcl's B as k x n (B as it is), and copies any other operand into a temporary with its
+ * TransposePadMatrix kernel first. On PoCL that kernel is slow: 9% of the issue-8 step's
+ * time on Zen 1 (perf), where relcl's `transpose` (kernels/util.cl) moves the same data in
+ * a fraction of it. So on CPU contexts (the item shape, kernels/common.cl) relcl transposes
+ * such an operand into a scratch buffer of exactly its size, where its sizes are whole tiles
+ * of the kernel (the tuning's NWG along m, MWG along n, KWG along k) and CLBlast then reads
+ * it in place; elsewhere CLBlast copies as before. */
+static bool own_transpose(const relcl_context *ctx, size_t k, size_t rows_tile_dim,
+                          size_t tile) {
+  return ctx->row_item && !ctx->gemm_kernel_1 && tile > 0 && ctx->gemm_k_tile > 0 &&
+         rows_tile_dim % tile == 0 && k % ctx->gemm_k_tile == 0;
+}
+
+relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
+                              size_t ld, relcl_buf out, size_t ld_out) {
+  if (rows == 0 || cols == 0) return RELCL_OK;
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "util", "transpose", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint ld_in = (cl_uint)ld, ldo = (cl_uint)ld_out, r = (cl_uint)rows, c = (cl_uint)cols;
+  relcl__buf_arg(&a, x, NULL);
+  RELCL__ARG(&a, ld_in);
+  relcl__buf_arg(&a, out, NULL);
+  RELCL__ARG(&a, ldo);
+  RELCL__ARG(&a, r);
+  RELCL__ARG(&a, c);
+  if (a.err != CL_SUCCESS) return relcl__cl_fail(a.err, "clSetKernelArg(transpose)");
+  size_t wg[2] = {relcl__pow2_wg((cols + 7) / 8, k->max_wg < 16 ? k->max_wg : 16), 1};
+  size_t global[2] = {((cols + 7) / 8 + wg[0] - 1) / wg[0] * wg[0], (rows + 7) / 8};
+  cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, 2, NULL, global, wg, 0, NULL, NULL);
+  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(transpose)");
+}
+
+/* x^T into a scratch buffer *out (cols x rows, ld rows) the caller gives back to the pool. */
+static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
+                                    size_t ld, cl_mem *out) {
+  relcl_status st = relcl__pool_get(ctx, rows * cols * sizeof(float), out);
+  return st == RELCL_OK ? relcl__transpose(ctx, x, rows, cols, ld, relcl_buf_at(*out, 0), rows)
+                        : st;
+}
+
 /* One row-major product C = alpha op(A) op(B) + beta C, given to CLBlast as the column-major
  * C^T = alpha op(B)^T op(A)^T (the same numbers in the same memory). CLBlast's indirect
  * kernel (GEMMK 0) keeps C column-major: called row-major it transposes C into a temporary
@@ -52,22 +96,39 @@ static operand at_zero(const relcl_context *ctx, relcl_buf x, size_t rows, size_
  * called this way round it transposes neither C nor, for a weight gradient (A^T B), either
  * operand, and reads in place every operand at offset 0 whose sizes are multiples of its
  * tiles. On Zen 1 with the shipped tuning that ran fifteen of the largest products of the
- * issue-8 step 11% faster than row-major (README, "What is left"). */
-static CLBlastStatusCode one_call(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
-                                  relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
-                                  cl_event *ev) {
-  operand A = at_zero(ctx, a, trans_a ? k : m, trans_a ? m : k, lda);
-  operand B = at_zero(ctx, b, trans_b ? n : k, trans_b ? k : n, ldb);
-  operand C = at_zero(ctx, c, m, n, ldc);
-  CLBlastStatusCode code =
-      CLBlastSgemm(CLBlastLayoutColMajor, transposed(trans_b), transposed(trans_a), n, m, k,
-                   alpha, B.mem, B.offset, ldb, A.mem, A.offset, lda, beta, C.mem, C.offset,
-                   ldc, &ctx->queue, ev);
-  if (A.sub) clReleaseMemObject(A.sub);
-  if (B.sub) clReleaseMemObject(B.sub);
-  if (C.sub) clReleaseMemObject(C.sub);
-  return code;
+ * issue-8 step 11% faster than row-major (README, "What is left"). The operands it would
+ * still transpose, relcl may transpose first (own_transpose). */
+static relcl_status one_call(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                             size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                             relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
+                             cl_event *ev) {
+  cl_mem ta = NULL, tb = NULL;
+  relcl_status st = RELCL_OK;
+  if (!trans_a && own_transpose(ctx, k, m, ctx->gemm_row_tile)) {
+    st = transposed_copy(ctx, a, m, k, lda, &ta);
+    a = relcl_buf_at(ta, 0), lda = m, trans_a = true;
+  }
+  if (st == RELCL_OK && trans_b && own_transpose(ctx, k, n, ctx->gemm_col_tile)) {
+    st = transposed_copy(ctx, b, n, k, ldb, &tb);
+    b = relcl_buf_at(tb, 0), ldb = n, trans_b = false;
+  }
+  if (st == RELCL_OK) {
+    operand A = at_zero(ctx, a, trans_a ? k : m, trans_a ? m : k, lda);
+    operand B = at_zero(ctx, b, trans_b ? n : k, trans_b ? k : n, ldb);
+    operand C = at_zero(ctx, c, m, n, ldc);
+    CLBlastStatusCode code =
+        CLBlastSgemm(CLBlastLayoutColMajor, transposed(trans_b), transposed(trans_a), n, m, k,
+                     alpha, B.mem, B.offset, ldb, A.mem, A.offset, lda, beta, C.mem, C.offset,
+                     ldc, &ctx->queue, ev);
+    if (A.sub) clReleaseMemObject(A.sub);
+    if (B.sub) clReleaseMemObject(B.sub);
+    if (C.sub) clReleaseMemObject(C.sub);
+    if (code != CLBlastSuccess) st = clblast_fail(code, "SGEMM", m, n, k, 1);
+  }
+  /* the queue is in order: the product has read them before any later user writes */
+  relcl__pool_put(ctx, ta);
+  relcl__pool_put(ctx, tb);
+  return st;
 }
 
 /* A product as CLBlast's indirect kernel runs it best: one_call(), with the rows in whole
@@ -80,22 +141,25 @@ static CLBlastStatusCode one_call(relcl_context *ctx, bool trans_a, bool trans_b
  * Where relcl does not know the tiles (no tuning applied) or CLBlast runs its direct kernel
  * (below the tuning's XGEMM_MIN_INDIRECT_SIZE cubed), which reads every layout in place
  * without copies, the product goes row-major as it is. */
-static CLBlastStatusCode product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
-                                 relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
-                                 cl_event *ev) {
+static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                            size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                            relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
+                            cl_event *ev) {
   const size_t tile = ctx->gemm_row_tile;
   const double edge = (double)ctx->gemm_min_indirect;
-  if (tile == 0 || (double)m * (double)n * (double)k < edge * edge * edge)
-    return CLBlastSgemm(CLBlastLayoutRowMajor, transposed(trans_a), transposed(trans_b), m, n,
-                        k, alpha, a.mem, a.offset, lda, b.mem, b.offset, ldb, beta, c.mem,
-                        c.offset, ldc, &ctx->queue, ev);
+  if (tile == 0 || (double)m * (double)n * (double)k < edge * edge * edge) {
+    CLBlastStatusCode code =
+        CLBlastSgemm(CLBlastLayoutRowMajor, transposed(trans_a), transposed(trans_b), m, n, k,
+                     alpha, a.mem, a.offset, lda, b.mem, b.offset, ldb, beta, c.mem, c.offset,
+                     ldc, &ctx->queue, ev);
+    return code == CLBlastSuccess ? RELCL_OK : clblast_fail(code, "SGEMM", m, n, k, 1);
+  }
   if (m < 16 * tile || m % tile == 0)
     return one_call(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ev);
   const size_t whole = m / tile * tile;
-  CLBlastStatusCode code = one_call(ctx, trans_a, trans_b, whole, n, k, alpha, a, lda, b, ldb,
-                                    beta, c, ldc, NULL);
-  if (code != CLBlastSuccess) return code;
+  relcl_status st = one_call(ctx, trans_a, trans_b, whole, n, k, alpha, a, lda, b, ldb, beta,
+                             c, ldc, NULL);
+  if (st != RELCL_OK) return st;
   return one_call(ctx, trans_a, trans_b, m - whole, n, k, alpha,
                   relcl_buf_at(a.mem, a.offset + (trans_a ? whole : whole * lda)), lda, b, ldb,
                   beta, relcl_buf_at(c.mem, c.offset + whole * ldc), ldc, ev);
@@ -107,7 +171,7 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t stride_b, float beta, relcl_buf c, size_t ldc,
                             size_t stride_c, size_t batch) {
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
-  CLBlastStatusCode code;
+  relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
     return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM with an empty inner dimension");
   /* CLBlast returns the event of its last kernel only, and its indirect GEMM runs up to four
@@ -124,22 +188,24 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
      * CLBlast's tiles of up to 128 along K), else of 8 (the tests' small K_CHUNK). */
     size_t pieces = (k + chunk - 1) / chunk, align = chunk >= 512 ? 128 : 8;
     size_t len = ((k + pieces - 1) / pieces + align - 1) / align * align;
-    code = CLBlastSuccess;
-    for (size_t k0 = 0; k0 < k && code == CLBlastSuccess; k0 += len) {
+    st = RELCL_OK;
+    for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
       size_t kk = k - k0 < len ? k - k0 : len;
-      code = product(ctx, trans_a, trans_b, m, n, kk, alpha,
+      st = product(ctx, trans_a, trans_b, m, n, kk, alpha,
                      relcl_buf_at(a.mem, a.offset + (trans_a ? k0 * lda : k0)), lda,
                      relcl_buf_at(b.mem, b.offset + (trans_b ? k0 : k0 * ldb)), ldb,
                      k0 == 0 ? beta : 1.0f, c, ldc, k0 + kk == k ? evp : NULL);
     }
   } else if (batch == 1)
-    code = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
-  else /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
-    code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
+    st = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
+  else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
+    CLBlastStatusCode code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
                                       transposed(trans_b), m, n, k, alpha, a.mem, a.offset,
                                       lda, stride_a, b.mem, b.offset, ldb, stride_b, beta,
                                       c.mem, c.offset, ldc, stride_c, batch, &ctx->queue, evp);
-  if (code == CLBlastSuccess && ev) {
+    st = code == CLBlastSuccess ? RELCL_OK : clblast_fail(code, "SGEMM", m, n, k, batch);
+  }
+  if (st == RELCL_OK && ev) {
     char name[160];
     snprintf(name, sizeof name, "SGEMM%s%s %zux%zux%zu x%zu", trans_a ? " A^T" : "",
              trans_b ? " B^T" : "", m, n, k, batch);
@@ -148,8 +214,7 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
     if (ev) clReleaseEvent(ev);
     if (start) clReleaseEvent(start);
   }
-  return code == CLBlastSuccess ? RELCL_OK
-                                : clblast_fail(code, "SGEMM", m, n, k, batch);
+  return st;
 }
 
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,

@@ -36,8 +36,9 @@ size_t relcl__pow2_wg(size_t want, size_t limit) {
   return w;
 }
 
-relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
-                           cl_uint dims, const size_t *global, const size_t *local) {
+static relcl_status launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
+                           cl_uint dims, const size_t *global, const size_t *local,
+                           const char *name, const size_t shape[4]) {
   if (args->err != CL_SUCCESS) {
     char what[160];
     snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", k->name, args->index);
@@ -48,13 +49,26 @@ relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const rel
   cl_event ev;
   cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, dims, NULL, global, local, 0, NULL,
                                       relcl__profile_slot(ctx, &ev));
-  relcl__profile_event(ctx, k->name, k->part, NULL, ev);
+  relcl__profile_event(ctx, name, k->part, shape, ev);
   if (err != CL_SUCCESS) {
     char what[160];
     snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", k->name);
     return relcl__cl_fail(err, what);
   }
   return RELCL_OK;
+}
+
+relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
+                           cl_uint dims, const size_t *global, const size_t *local) {
+  return launch(ctx, k, args, dims, global, local, k->name, NULL);
+}
+
+relcl_status relcl__launch_product(relcl_context *ctx, relcl__kernel_entry *k,
+                                   const relcl__args *args, cl_uint dims, const size_t *global,
+                                   const size_t *local, size_t m, size_t n, size_t kk) {
+  char name[96];
+  snprintf(name, sizeof name, "%s %zux%zux%zu", k->name, m, n, kk);
+  return launch(ctx, k, args, dims, global, local, name, (const size_t[4]){m, n, kk, 1});
 }
 
 relcl_status relcl__launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,

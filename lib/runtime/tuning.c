@@ -150,8 +150,12 @@ static int apply(cl_device_id device, const cJSON *root, relcl_context *ctx, cha
       applied++;
       /* what gemm.c needs to know of CLBlast's choices */
       for (size_t i = 0; i < n; i++) {
-        if (strcmp(k->string, "Xgemm") == 0 && strcmp(names[i], "NWG") == 0)
-          ctx->gemm_row_tile = values[i];
+        if (strcmp(k->string, "Xgemm") == 0) {
+          if (strcmp(names[i], "NWG") == 0) ctx->gemm_row_tile = values[i];
+          if (strcmp(names[i], "MWG") == 0) ctx->gemm_col_tile = values[i];
+          if (strcmp(names[i], "KWG") == 0) ctx->gemm_k_tile = values[i];
+          if (strcmp(names[i], "GEMMK") == 0) ctx->gemm_kernel_1 = values[i] == 1;
+        }
         if (strcmp(k->string, "GemmRoutine") == 0 &&
             strcmp(names[i], "XGEMM_MIN_INDIRECT_SIZE") == 0)
           ctx->gemm_min_indirect = values[i];

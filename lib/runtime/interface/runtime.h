@@ -49,6 +49,11 @@ static inline void relcl__buf_arg(relcl__args *a, relcl_buf b, cl_mem fallback) 
 relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
                            cl_uint dims,
                            const size_t *global, const size_t *local);
+/* relcl__launch for a kernel that computes a product of m x n x k multiply-adds: the profile
+ * names it "kernel MxNxK" and keeps the shape, so relcl-bench rates it as a GEMM. */
+relcl_status relcl__launch_product(relcl_context *ctx, relcl__kernel_entry *k,
+                                   const relcl__args *args, cl_uint dims, const size_t *global,
+                                   const size_t *local, size_t m, size_t n, size_t kk);
 /* The row kernels' shape on ctx (kernels/common.cl): true for a work-item per row (CPUs,
  * or RELCL_ROW_KERNELS=item), false for a power-of-two work-group per row. */
 bool relcl__row_item(const relcl_context *ctx);
@@ -80,6 +85,12 @@ relcl_status relcl__write(relcl_context *ctx, relcl_buf dst, const void *src, si
 relcl_status relcl__read(relcl_context *ctx, relcl_buf src, void *dst, size_t n);
 
 /* ---- GEMM (gemm.c: the only file that calls CLBlast) ---- */
+
+/* out = x^T, without argument checks: x is rows x cols with leading dimension ld, out
+ * cols x rows with ld_out (kernels/util.cl transpose; gemm.c's operands on a CPU). Enqueued
+ * without a profile event: a GEMM's span covers it. */
+relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
+                              size_t ld, relcl_buf out, size_t ld_out);
 
 /* Row-major C = alpha op(A) op(B) + beta C, batch times with element strides; timed under
  * part when profiling (relcl__gemm: RELCL_PART_CONTENT_GEMM). */
