@@ -47,6 +47,11 @@ static const attn_case cases[] = {
     {"d=5", 2, 2, 9, 9, 5, 3, 1, 0, 0, 0, 0, 1, 0.0f},
     {"d=7 per-head", 1, 2, 6, 6, 7, 2, 1, 1, 0, 1, 0, 0, 0.0f},
     {"d=1", 1, 1, 5, 5, 1, 2, 1, 0, 0, 0, 0, 0, 0.0f},
+    /* the shared table's label kernels (attention.cl labels_shared, add_labels_shared) in
+     * the item shape: rows not a multiple of their 4, d of whole vectors of 8 and with a
+     * tail of 4, labels R = 33 (five vectors of 8, the last partial) */
+    {"d=64 k=16", 3, 2, 11, 11, 64, 16, 1, 0, 0, 0, 0, 1, 0.0f},
+    {"d=12 causal", 1, 3, 13, 13, 12, 5, 1, 0, 0, 1, 0, 0, 0.0f},
     {"dropout", 2, 2, 10, 10, 8, 3, 1, 0, 0, 0, 0, 1, 0.3f},
     {"dropout causal per-head", 2, 2, 9, 9, 8, 2, 1, 1, 0, 1, 0, 0, 0.1f},
     {"dropout keys-only", 2, 2, 7, 7, 8, 3, 1, 0, 1, 0, 0, 0, 0.5f},

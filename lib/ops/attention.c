@@ -1,7 +1,8 @@
 /* Relation-aware multi-head attention, forward and backward (Shaw et al. 2018), in the
- * factored form of ../shared/design/relative-attention.md: the content terms and the small
- * label GEMMs run in CLBlast, the gather / softmax / dropout / bucket passes over the nq x nk
- * weights in kernels/attention.cl. No nq x nk x d tensor is ever built. */
+ * factored form of ../shared/design/relative-attention.md: the content terms run in CLBlast;
+ * the small label products with a shared table (the default) and the gather / softmax /
+ * dropout / bucket passes over the nq x nk weights in kernels/attention.cl, those with
+ * per-head tables in CLBlast. No nq x nk x d tensor is ever built. */
 #include "flags.h" /* RELCL_GATHER, ...: shared with kernels/attention.cl */
 #include "runtime.h"
 #include "ops.h"
@@ -141,9 +142,83 @@ static size_t gather_block(const plan *p, bool per_head) {
 }
 static size_t gather_label(const plan *p, bool per_head) { return per_head ? p->nq : p->rows; }
 
+/* A product kernel of m x n x kk multiply-adds over global (n0, n1), in groups of (up to 64,
+ * 1); the kernels guard the rounded-up n0. The profile rates it as a GEMM of that shape. */
+static relcl_status launch_product(relcl_context *ctx, relcl__kernel_entry *k,
+                                   const relcl__args *a, size_t n0, size_t n1, size_t m,
+                                   size_t n, size_t kk) {
+  size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
+  size_t global[2] = {(n0 + w - 1) / w * w, n1}, local[2] = {w, 1};
+  return relcl__launch_product(ctx, k, a, 2, global, local, m, n, kk);
+}
+
+/* The arguments of labels_shared and add_labels_shared: (in, table, out, rows, R, d). */
+static relcl__args label_args(relcl__kernel_entry *k, const plan *p, relcl_buf in,
+                              relcl_buf table, relcl_buf out) {
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  const cl_uint rows = (cl_uint)p->rows;
+  const int R = p->R, d = (int)p->d;
+  relcl__buf_arg(&a, in, NULL);
+  relcl__buf_arg(&a, table, NULL);
+  relcl__buf_arg(&a, out, NULL);
+  RELCL__ARG(&a, rows);
+  RELCL__ARG(&a, R);
+  RELCL__ARG(&a, d);
+  return a;
+}
+
+/* With a shared table, the label values and sums are two products over all rows with the
+ * table's window (R x d), in relcl's kernels (kernels/attention.cl labels_shared,
+ * add_labels_shared): as CLBlast's batched direct kernel over the B H entries they ran at
+ * 11 to 16 GFLOP/s on PoCL (README, "What is left"). In the item shape labels_shared reads
+ * the window transposed, which table_window_t writes into scratch first. */
+static relcl_status labels_shared(relcl_context *ctx, const plan *p, relcl_buf X, relcl_buf win,
+                                  relcl_buf out) {
+  const bool item = relcl__row_item(ctx);
+  const int R = p->R, d = (int)p->d, R8 = (R + 7) / 8 * 8;
+  relcl__kernel_entry *k, *kt;
+  cl_mem wt = NULL;
+  relcl_buf T = win;
+  relcl_status st = relcl__kernel(ctx, "attention", "labels_shared", &k);
+  if (st == RELCL_OK && item) {
+    st = relcl__kernel(ctx, "attention", "table_window_t", &kt);
+    if (st == RELCL_OK) st = relcl__pool_get(ctx, (size_t)d * R8 * sizeof(float), &wt);
+    if (st == RELCL_OK) {
+      relcl__args a = {kt->kernel, 0, CL_SUCCESS};
+      relcl__buf_arg(&a, win, NULL);
+      RELCL__ARG(&a, wt);
+      RELCL__ARG(&a, R);
+      RELCL__ARG(&a, d);
+      size_t w = relcl__pow2_wg((size_t)R8, kt->max_wg < 8 ? kt->max_wg : 8);
+      size_t global[2] = {(size_t)R8, (size_t)d}, local[2] = {w, 1};
+      st = relcl__launch(ctx, kt, &a, 2, global, local);
+      T = relcl_buf_at(wt, 0);
+    }
+  }
+  if (st == RELCL_OK) {
+    relcl__args a = label_args(k, p, X, T, out);
+    st = launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->rows,
+                        item ? (size_t)R8 / 8 : (size_t)R, p->rows, (size_t)R, p->d);
+  }
+  relcl__pool_put(ctx, wt);
+  return st;
+}
+
+static relcl_status add_labels_shared(relcl_context *ctx, const plan *p, relcl_buf L,
+                                      relcl_buf win, relcl_buf Y) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "attention", "add_labels_shared", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = label_args(k, p, L, win, Y);
+  const bool item = relcl__row_item(ctx);
+  return launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->d,
+                        item ? (p->d + 7) / 8 : p->rows, p->rows, p->d, (size_t)p->R);
+}
+
 static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
                                 relcl_buf W, relcl_buf out) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
+  if (!per_head) return labels_shared(ctx, p, X, win, out);
   const size_t block = gather_block(p, per_head), label = gather_label(p, per_head);
   const entries e = label_entries(p, per_head);
   for (size_t b = 0; b < e.calls; b++) { /* (R x nq) per entry = W[window] . X_bh^T */
@@ -168,6 +243,7 @@ static void gather_args(relcl__args *a, const plan *p, bool per_head) {
 static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
                                     relcl_buf W, relcl_buf Y) {
   relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
+  if (!per_head) return add_labels_shared(ctx, p, L, win, Y);
   const entries e = label_entries(p, per_head);
   for (size_t b = 0; b < e.calls; b++) {
     relcl_status st = REL_GEMM(
@@ -205,11 +281,13 @@ static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_b
     RELCL__ARG(&a, R);
     RELCL__ARG(&a, d);
     RELCL__ARG(&a, chunk);
-    /* a work-item for 8 columns (a float8) in the item shape, for one in the group shape */
-    size_t n0 = relcl__row_item(ctx) ? (p->d + 7) / 8 : p->d;
+    /* a work-item for 4 labels by 8 columns (float8) in the item shape, for one label and
+     * column in the group shape */
+    const bool item = relcl__row_item(ctx);
+    size_t n0 = item ? (p->d + 7) / 8 : p->d, n1 = item ? ((size_t)R + 3) / 4 : (size_t)R;
     size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
-    size_t global[3] = {(n0 + w - 1) / w * w, (size_t)R, chunks}, local[3] = {w, 1, 1};
-    st = relcl__launch(ctx, k, &a, 3, global, local);
+    size_t global[3] = {(n0 + w - 1) / w * w, n1, chunks}, local[3] = {w, 1, 1};
+    st = relcl__launch_product(ctx, k, &a, 3, global, local, (size_t)R, p->d, p->rows);
   }
   if (st == RELCL_OK) st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)cols, dst, 1);
   relcl__pool_put(ctx, part);

@@ -29,6 +29,9 @@ relcl_profile_part relcl__kernel_part(const char *name) {
       {"heads_merge", RELCL_PART_COPIES},           {"cache_put", RELCL_PART_COPIES},
       {"cache_gather", RELCL_PART_COPIES},
       {"table_grad_partial", RELCL_PART_RELATIVE_GEMM}, /* attention.c table_grad */
+      {"labels_shared", RELCL_PART_RELATIVE_GEMM},      /* attention.c labels_from */
+      {"table_window_t", RELCL_PART_RELATIVE_GEMM},
+      {"add_labels_shared", RELCL_PART_RELATIVE_GEMM}, /* attention.c add_from_labels */
   };
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
     if (strcmp(parts[i].name, name) == 0) return parts[i].part;
