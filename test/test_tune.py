@@ -183,6 +183,52 @@ def main():
         check(r.returncode == 1 and len(lines) == 1 and "cannot be read" in lines[0],
               f"--check on a missing file: exit 1 ({r.returncode}), one line: {r.stderr.strip()}")
 
+        # on a CPU, the step check's second stage: when the winner's direct-kernel set is not
+        # relcl's, the winner is timed again beside itself with relcl's set, which replaces
+        # its own when faster (here the fake bench makes the tuners' result the winner and
+        # relcl's direct-kernel set faster still)
+        if tuned.get("device_type") == "CPU":
+            bench2 = os.path.join(tmp, "fake-bench-2")
+            with open(bench2, "w") as f:
+                f.write("#!/bin/sh\ncase \"$RELCL_TUNING\" in\n"
+                        "  off) s=0.3 ;;\n  *candidate-0.json) s=0.1 ;;\n"
+                        "  *candidate-direct.json) s=0.05 ;;\n  *) s=0.2 ;;\nesac\n"
+                        "echo \"{\\\"tuning\\\": \\\"x\\\", \\\"seconds_per_step\\\": $s}\"\n")
+            os.chmod(bench2, stat.S_IRWXU)
+            out2 = os.path.join(tmp, "t2.json")
+            r = run([tune, *tiny, "--step-check", "quick", "--bench", bench2, "--output", out2])
+            t2 = {}
+            try:
+                with open(out2, encoding="utf-8") as f:
+                    t2 = json.load(f)
+            except (OSError, ValueError) as e:
+                print(r.stdout[-2000:], r.stderr[-2000:])
+            sc2 = t2.get("step_check", {})
+            k2, tk2 = t2.get("kernels", {}), t2.get("tuners_kernels", {})
+            relcl_direct = {"KWID": 8, "MDIMAD": 1, "MDIMCD": 1, "NDIMBD": 2, "NDIMCD": 2,
+                            "PADA": 1, "PADB": 1, "VWMD": 8, "VWND": 4, "WGD": 8}
+            if tk2.get("XgemmDirect", k2.get("XgemmDirect")) == relcl_direct:
+                print("     (the tuners chose relcl's direct-kernel set themselves: no second "
+                      "stage to test)")
+            else:
+                dc = sc2.get("direct_check", {})
+                dnames = [c.get("name", "") for c in dc.get("candidates", [])]
+                check(r.returncode == 0 and sc2.get("chosen") == "this search (CLBlast's tuners)"
+                      and len(dnames) == 2 and dnames[0] == sc2.get("chosen")
+                      and dnames[1].startswith("relcl's direct-kernel set")
+                      and all(c.get("products") == "right" for c in dc.get("candidates", [])),
+                      f"the winner's direct-kernel set not relcl's: the winner timed again "
+                      f"beside itself with relcl's, both checked: {dc}")
+                check(len(dnames) == 2 and dc.get("chosen") == dnames[1],
+                      f"relcl's direct-kernel set is chosen when faster: {dc.get('chosen')}")
+                check(k2.get("XgemmDirect") == relcl_direct
+                      and k2.get("Xgemm") == tk2.get("Xgemm") is not None
+                      and k2.get("RelclGemm") == tk2.get("RelclGemm")
+                      and tk2.get("XgemmDirect") != relcl_direct,
+                      f"the file holds the winner's parameters with relcl's direct-kernel set, "
+                      f"the tuners' kept beside them: {k2.get('XgemmDirect')}, "
+                      f"tuners' {tk2.get('XgemmDirect')}")
+
         # a tuner that dies the way CLBlast 1.5's did with -fraction 0.00001
         fake = os.path.join(tmp, "bin")
         os.mkdir(fake)
