@@ -42,6 +42,17 @@ def check(ok, what):
     return ok
 
 
+def fake_bench(path, cases):
+    """Writes at path a stand-in for relcl-bench --tuning-child: it prints the seconds per
+    step of the first (glob pattern on $RELCL_TUNING, seconds) case that matches."""
+    arms = "".join(f"  {pattern}) s={sec} ;;\n" for pattern, sec in cases)
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\ncase \"$RELCL_TUNING\" in\n{arms}esac\n"
+                "echo \"{\\\"tuning\\\": \\\"x\\\", \\\"seconds_per_step\\\": $s}\"\n")
+    os.chmod(path, stat.S_IRWXU)
+    return path
+
+
 def run(args, env=None, timeout=600):
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
 
@@ -55,13 +66,9 @@ def main():
         # the step check's runs, faked (the real ones compile CLBlast's kernels for each
         # candidate: minutes on a CPU): the tuners' result is slowest, what applied before
         # fastest, CLBlast's defaults in between
-        bench = os.path.join(tmp, "fake-bench")
-        with open(bench, "w") as f:
-            f.write("#!/bin/sh\ncase \"$RELCL_TUNING\" in\n"
-                    "  off) s=0.3 ;;\n  *candidate-0.json) s=0.5 ;;\n"
-                    "  *candidate-cpu.json) s=0.1 ;;\n  *) s=0.2 ;;\nesac\n"
-                    "echo \"{\\\"tuning\\\": \\\"x\\\", \\\"seconds_per_step\\\": $s}\"\n")
-        os.chmod(bench, stat.S_IRWXU)
+        bench = fake_bench(os.path.join(tmp, "fake-bench"),
+                           [("off", 0.3), ("*candidate-0.json", 0.5),
+                            ("*candidate-cpu.json", 0.1), ("*", 0.2)])
         r = run([tune, *tiny, "--step-check", "quick", "--bench", bench, "--output", out])
         print(r.stdout[-2000:], r.stderr[-2000:])
         check(r.returncode == 0, f"--quick on 128^3 exits 0 (got {r.returncode})")
@@ -188,13 +195,9 @@ def main():
         # its own when faster (here the fake bench makes the tuners' result the winner and
         # relcl's direct-kernel set faster still)
         if tuned.get("device_type") == "CPU":
-            bench2 = os.path.join(tmp, "fake-bench-2")
-            with open(bench2, "w") as f:
-                f.write("#!/bin/sh\ncase \"$RELCL_TUNING\" in\n"
-                        "  off) s=0.3 ;;\n  *candidate-0.json) s=0.1 ;;\n"
-                        "  *candidate-direct.json) s=0.05 ;;\n  *) s=0.2 ;;\nesac\n"
-                        "echo \"{\\\"tuning\\\": \\\"x\\\", \\\"seconds_per_step\\\": $s}\"\n")
-            os.chmod(bench2, stat.S_IRWXU)
+            bench2 = fake_bench(os.path.join(tmp, "fake-bench-2"),
+                                [("off", 0.3), ("*candidate-0.json", 0.1),
+                                 ("*candidate-direct.json", 0.05), ("*", 0.2)])
             out2 = os.path.join(tmp, "t2.json")
             r = run([tune, *tiny, "--step-check", "quick", "--bench", bench2, "--output", out2])
             t2 = {}
