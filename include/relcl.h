@@ -154,9 +154,10 @@ relcl_status relcl_fill(relcl_context *ctx, relcl_buf dst, float value, size_t n
  *   alpha = softmax_j(e) (masked keys get 0; a row with every key masked is all 0)
  *   z_i = sum_j alpha'_ij (v_j + wV[r(i,j)]),  alpha' = dropout(alpha)
  *
- * Dropout keeps weight (b,h,i,j) iff the first word of Philox4x32-10 with key seed and
- * counter (index, stream), index = ((b*heads + h)*nq + i)*nk + j, is >= dropout * 2^32,
- * and scales kept weights by 1/(1-dropout): the same mask on every device. */
+ * Dropout keeps weight (b,h,i,j) iff word j mod 4 of Philox4x32-10 with key seed and
+ * counter (q, stream), q = row * ceil(nk/4) + floor(j/4), row = (b*heads + h)*nq + i, is
+ * >= dropout * 2^32 (a call decides four keys of one row), and scales kept weights by
+ * 1/(1-dropout): the same mask on every device. */
 typedef struct relcl_attn_desc {
   int batch, heads, nq, nk, head_dim;
   int relative;  /* 1: add the relative terms (needs wK, and wV unless keys_only) */

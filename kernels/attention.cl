@@ -28,26 +28,31 @@ inline int relcl_masked(int j, int pq, int len, int flags) {
   return j >= len || ((flags & RELCL_CAUSAL) && j > pq);
 }
 
-/* Dropout decisions of row `row`'s keys (element row nk + j). The item shape walks j in order
- * and takes them eight at a time from relcl_keep8 (vector integer arithmetic); the group
- * shape, one key a lane. Start with kc.j0 = -8 (nothing held). */
+/* Dropout decisions of row `row`'s keys. Key j's is word j mod 4 of the Philox call with
+ * counter row * ceil(nk / 4) + floor(j / 4) (include/relcl.h): a row starts a call, so a
+ * call decides four keys of one row. The item shape walks j in order and takes 32 keys (eight
+ * calls) at a time from relcl_keep32 (vector integer arithmetic); the group shape, one key a
+ * lane. Start with kc.j0 = -32 (nothing held). */
 typedef struct relcl_keeps {
-  int j0; /* keep[0] is key j0's */
-  int keep[8];
+  int j0; /* keep[0][0] is key j0's, j0 a multiple of 32 */
+  int keep[4][8];
 } relcl_keeps;
 
 inline int relcl_row_keep(relcl_keeps *kc, int row, int nk, int j, uint stream_lo,
                           uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
-  const ulong index = (ulong)row * (ulong)nk + (ulong)j;
+  const ulong q_row = (ulong)row * (ulong)((nk + 3) / 4);
 #ifdef RELCL_ROW_ITEM
-  if (j < kc->j0 || j >= kc->j0 + 8) {
-    kc->j0 = j;
-    relcl_keep8(kc->keep, index, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+  if (j < kc->j0 || j >= kc->j0 + 32) {
+    kc->j0 = j & ~31;
+    relcl_keep32(kc->keep, q_row + (ulong)(kc->j0 / 4), stream_lo, stream_hi, seed_lo,
+                 seed_hi, threshold);
   }
-  return kc->keep[j - kc->j0];
+  const int jj = j - kc->j0;
+  return kc->keep[jj & 3][jj >> 2];
 #else
   (void)kc;
-  return relcl_keep(index, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+  return relcl_keep(q_row + (ulong)(j / 4), (uint)(j & 3), stream_lo, stream_hi, seed_lo,
+                    seed_hi, threshold);
 #endif
 }
 
@@ -126,7 +131,7 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
 
   float left = 0.0f, right = 0.0f;
   relcl_keeps kc;
-  kc.j0 = -8;
+  kc.j0 = -32;
   for (int j = lid; j < nk; j += wg) {
     const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : s[j] * inv;
     a[j] = alpha;
@@ -158,7 +163,7 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
   __global float *bk = Bk + b_off + (size_t)row * R;
   float left = 0.0f, right = 0.0f;
   relcl_keeps kc;
-  kc.j0 = -8;
+  kc.j0 = -32;
   for (int j = lid; j < nk; j += wg) {
     float ad = a[j];
     if (flags & RELCL_DROPOUT)
@@ -196,7 +201,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
 
   float dot = 0.0f;
   relcl_keeps kc;
-  kc.j0 = -8;
+  kc.j0 = -32;
   for (int j = lid; j < nk; j += wg) {
     float da = 0.0f;
     if (!relcl_masked(j, pq, len, flags)) {

@@ -20,23 +20,28 @@ inline uint4 relcl_philox4x32_10(uint4 c, uint k0, uint k1) {
   return (uint4)(x0, x1, x2, x3);
 }
 
-/* 1 when element `index` of stream `stream` survives dropout with threshold p * 2^32. */
-inline int relcl_keep(ulong index, uint stream_lo, uint stream_hi, uint seed_lo, uint seed_hi,
-                      uint threshold) {
-  uint4 c = (uint4)((uint)index, (uint)(index >> 32), stream_lo, stream_hi);
-  return relcl_philox4x32_10(c, seed_lo, seed_hi).x >= threshold;
+/* 1 when word `word` (0..3) of the Philox call with counter `q` of stream `stream` is at
+ * least the threshold p * 2^32: one call decides four elements (layers.cl's dropout_apply,
+ * attention.cl's rows). */
+inline int relcl_keep(ulong q, uint word, uint stream_lo, uint stream_hi, uint seed_lo,
+                      uint seed_hi, uint threshold) {
+  const uint4 w = relcl_philox4x32_10((uint4)((uint)q, (uint)(q >> 32), stream_lo, stream_hi),
+                                      seed_lo, seed_hi);
+  const uint x = word == 0u ? w.x : word == 1u ? w.y : word == 2u ? w.z : w.w;
+  return x >= threshold;
 }
 
-/* Eight consecutive elements index0 .. index0+7 at once: relcl_keep's decisions, bit for bit
- * (the same integer arithmetic, one element a lane), into keep[0..7]; for the item shape of
- * the row kernels, where one work-item walks a row's elements in order. */
-inline void relcl_keep8(int *keep, ulong index0, uint stream_lo, uint stream_hi, uint seed_lo,
-                        uint seed_hi, uint threshold) {
+/* The 32 decisions of the eight consecutive calls q0 .. q0+7 at once, relcl_keep's bit for
+ * bit (the same integer arithmetic, one call a lane): keep[w][l] is word w of call q0 + l.
+ * For the item shape of the row kernels, where one work-item walks a row's elements in
+ * order. */
+inline void relcl_keep32(int keep[4][8], ulong q0, uint stream_lo, uint stream_hi,
+                         uint seed_lo, uint seed_hi, uint threshold) {
   /* the counters' low words, and their high words with the carry (a true lane compares as
    * all ones: minus it adds one); no ulong8, whose calls AVX2 PoCL warns about */
-  const uint lo = (uint)index0;
+  const uint lo = (uint)q0;
   uint8 c0 = (uint8)(lo) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);
-  uint8 c1 = (uint8)((uint)(index0 >> 32)) - as_uint8(c0 < (uint8)(lo));
+  uint8 c1 = (uint8)((uint)(q0 >> 32)) - as_uint8(c0 < (uint8)(lo));
   uint8 c2 = (uint8)(stream_lo), c3 = (uint8)(stream_hi);
   uint k0 = seed_lo, k1 = seed_hi;
   for (int round = 0; round < 10; round++) {
@@ -49,7 +54,11 @@ inline void relcl_keep8(int *keep, ulong index0, uint stream_lo, uint stream_hi,
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  vstore8(convert_int8(c0 >= (uint8)(threshold)) & (int8)(1), 0, keep);
+  const uint8 t = (uint8)(threshold);
+  vstore8(convert_int8(c0 >= t) & (int8)(1), 0, keep[0]);
+  vstore8(convert_int8(c1 >= t) & (int8)(1), 0, keep[1]);
+  vstore8(convert_int8(c2 >= t) & (int8)(1), 0, keep[2]);
+  vstore8(convert_int8(c3 >= t) & (int8)(1), 0, keep[3]);
 }
 
 /* Tree reductions over a power-of-two work-group, in a fixed order: the result does not

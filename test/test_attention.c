@@ -55,6 +55,9 @@ static const attn_case cases[] = {
     {"dropout", 2, 2, 10, 10, 8, 3, 1, 0, 0, 0, 0, 1, 0.3f},
     {"dropout causal per-head", 2, 2, 9, 9, 8, 2, 1, 1, 0, 1, 0, 0, 0.1f},
     {"dropout keys-only", 2, 2, 7, 7, 8, 3, 1, 0, 1, 0, 0, 0, 0.5f},
+    /* rows of 45 and 44 keys: a row's Philox calls start at the row (ceil(nk/4) a row) and
+     * the item shape takes them 32 keys at a time */
+    {"dropout long padded", 2, 2, 6, 45, 8, 3, 1, 0, 0, 0, 0, 1, 0.2f},
     {"large B*H", 8, 16, 17, 17, 8, 4, 1, 0, 0, 0, 0, 1, 0.0f},
     {"long rows", 1, 2, 40, 300, 16, 16, 1, 0, 0, 0, 0, 0, 0.0f},
     {"long causal", 1, 2, 290, 290, 8, 16, 1, 0, 0, 1, 0, 0, 0.1f},

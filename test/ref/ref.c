@@ -34,14 +34,18 @@ void ref_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1, uint32_t out[4])
   memcpy(out, x, sizeof x);
 }
 
-int ref_dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
-  uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream,
-                   (uint32_t)(stream >> 32)};
+int ref_dropout_keep(uint64_t seed, uint64_t stream, uint64_t q, int word, float p) {
+  uint32_t c[4] = {(uint32_t)q, (uint32_t)(q >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
   uint32_t out[4];
   ref_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), out);
   /* p < 1, so the product is below 2^32 and the conversion is defined; p == 0 gives 0. */
   uint32_t threshold = (uint32_t)((double)p * 4294967296.0);
-  return out[0] >= threshold;
+  return out[word] >= threshold;
+}
+
+int ref_attn_keep(uint64_t seed, uint64_t stream, uint64_t row, int nk, int j, float p) {
+  uint64_t calls_per_row = ((uint64_t)nk + 3) / 4;
+  return ref_dropout_keep(seed, stream, row * calls_per_row + (uint64_t)j / 4, j % 4, p);
 }
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -90,11 +94,9 @@ static int uses_aV(const relcl_attn_desc *desc) { return desc->relative && !desc
  * does not depend on any input, so the backward treats it as a constant. */
 static double dropout_factor(const relcl_attn_desc *desc, int b, int h, int i, int j) {
   if (!(desc->dropout > 0.0f)) return 1.0;
-  uint64_t index =
-      (((uint64_t)b * (uint64_t)desc->heads + (uint64_t)h) * (uint64_t)desc->nq + (uint64_t)i) *
-          (uint64_t)desc->nk +
-      (uint64_t)j;
-  int keep = ref_dropout_keep(desc->seed, desc->stream, index, desc->dropout);
+  uint64_t row =
+      ((uint64_t)b * (uint64_t)desc->heads + (uint64_t)h) * (uint64_t)desc->nq + (uint64_t)i;
+  int keep = ref_attn_keep(desc->seed, desc->stream, row, desc->nk, j, desc->dropout);
   return keep ? 1.0 / (1.0 - (double)desc->dropout) : 0.0;
 }
 

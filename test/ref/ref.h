@@ -25,11 +25,14 @@ void *ref_xcalloc(size_t n, size_t size);
 /* Philox4x32-10 (Salmon et al. 2011, Random123), key (k0, k1), counter c[4]; writes out[4]. */
 void ref_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1, uint32_t out[4]);
 
-/* 1 if attention weight number `index` survives dropout p: the first Philox word with key
- * (seed lo32, seed hi32) and counter (index lo32, index hi32, stream lo32, stream hi32) is
- * >= (uint32_t)(p * 4294967296.0), computed in double from the float p (p in [0, 1);
- * p == 0 keeps everything). */
-int ref_dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p);
+/* 1 if word `word` (0..3) of the Philox call with key (seed lo32, seed hi32) and counter
+ * (q lo32, q hi32, stream lo32, stream hi32) is >= (uint32_t)(p * 4294967296.0), computed in
+ * double from the float p (p in [0, 1); p == 0 keeps everything). */
+int ref_dropout_keep(uint64_t seed, uint64_t stream, uint64_t q, int word, float p);
+
+/* 1 if attention weight (row, j) of a row of nk keys, row = (b*heads + h)*nq + i, survives
+ * dropout p: word j mod 4 of call q = row * ceil(nk/4) + floor(j/4) (include/relcl.h). */
+int ref_attn_keep(uint64_t seed, uint64_t stream, uint64_t row, int nk, int j, float p);
 
 /* Forward: Z and probs (may be NULL) in double. wK and wV may be NULL when desc->relative is
  * 0, and wV when desc->keys_only. */

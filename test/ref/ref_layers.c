@@ -122,11 +122,7 @@ void ref_embedding_backward_float(int n, int d, int vocab, const int32_t *ids,
 
 int ref_dropout4_keep(uint64_t seed, uint64_t stream, uint64_t i, float p) {
   if (p <= 0.0f) return 1;
-  uint64_t g = i / 4;
-  uint32_t c[4] = {(uint32_t)g, (uint32_t)(g >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
-  uint32_t out[4];
-  ref_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), out);
-  return out[i % 4] >= (uint32_t)((double)p * 4294967296.0);
+  return ref_dropout_keep(seed, stream, i / 4, (int)(i % 4), p);
 }
 
 void ref_dropout_forward(size_t n, float p, uint64_t seed, uint64_t stream, const float *x,

@@ -66,35 +66,54 @@ static void test_philox(void) {
     check(ok, "philox4x32_10 KAT %d: %08x %08x %08x %08x", t, out[0], out[1], out[2], out[3]);
   }
 
-  /* ref_dropout_keep must be exactly the stated word and layout. */
+  /* ref_dropout_keep must be exactly the stated word and layout: each word against a p
+   * whose threshold is that word (kept) and one just above it (dropped). */
   uint64_t seed = 0x0123456789abcdefull, stream = 0xfedcba9876543210ull;
-  uint64_t index = 0x00000005deadbeefull;
+  uint64_t q = 0x00000005deadbeefull;
   uint32_t c[4] = {0xdeadbeef, 0x5, 0x76543210, 0xfedcba98}, out[4];
   ref_philox4x32_10(c, 0x89abcdef, 0x01234567, out);
-  float p = (float)out[0] / 4294967296.0f; /* a p whose threshold sits near the word */
-  uint32_t thr = (uint32_t)((double)p * 4294967296.0);
-  int want = out[0] >= thr;
-  check(ref_dropout_keep(seed, stream, index, p) == want &&
-            ref_dropout_keep(seed, stream, index, 0.0f) == 1,
-        "dropout_keep uses key (seed lo,hi), counter (index lo,hi, stream lo,hi), word 0");
+  int layout = 1;
+  for (int w = 0; w < 4; w++) {
+    double at = (double)out[w] / 4294967296.0, above = ((double)out[w] + 512.0) / 4294967296.0;
+    float p_at = (float)at, p_above = (float)above;
+    uint32_t t_at = (uint32_t)((double)p_at * 4294967296.0);
+    uint32_t t_above = (uint32_t)((double)p_above * 4294967296.0);
+    if (p_above >= 1.0f) continue; /* a word near 2^32: no p above it */
+    layout &= ref_dropout_keep(seed, stream, q, w, p_at) == (out[w] >= t_at);
+    layout &= ref_dropout_keep(seed, stream, q, w, p_above) == (out[w] >= t_above);
+    layout &= ref_dropout_keep(seed, stream, q, w, 0.0f) == 1;
+  }
+  check(layout, "dropout_keep uses key (seed lo,hi), counter (q lo,hi, stream lo,hi), word w");
+
+  /* The attention mask's layout: a row of nk keys starts a call; key j is word j mod 4 of
+   * call row * ceil(nk/4) + floor(j/4). */
+  int rows_ok = 1;
+  const float ph = 0.5f;
+  for (int nk = 1; nk <= 9; nk++)
+    for (uint64_t row = 0; row < 3; row++)
+      for (int j = 0; j < nk; j++)
+        rows_ok &= ref_attn_keep(seed, stream, row, nk, j, ph) ==
+                   ref_dropout_keep(seed, stream, row * (uint64_t)((nk + 3) / 4) + (uint64_t)(j / 4),
+                                    j % 4, ph);
+  check(rows_ok, "attention key (row, j) is word j mod 4 of call row * ceil(nk/4) + j/4");
 
   int all = 1;
-  for (uint64_t i = 0; i < 4096; i++) all &= ref_dropout_keep(7, 3, i, 0.0f);
+  for (uint64_t i = 0; i < 4096; i++) all &= ref_dropout_keep(7, 3, i / 4, (int)(i % 4), 0.0f);
   check(all, "dropout p=0 keeps all of 4096 weights");
 
   /* Fraction kept at p=0.3 over 2^20 weights: its standard deviation is
    * sqrt(0.3*0.7/2^20) = 4.5e-4, so +-3e-3 is over 6 sigma for a correct generator while a
    * wrong comparison (> vs <) or threshold scale lands near 0.3 or 0/1. */
   long kept = 0, n = 1L << 20;
-  for (long i = 0; i < n; i++) kept += ref_dropout_keep(42, 1, (uint64_t)i, 0.3f);
+  for (long i = 0; i < n; i++) kept += ref_dropout_keep(42, 1, (uint64_t)i / 4, (int)(i % 4), 0.3f);
   double frac = (double)kept / (double)n;
   check(fabs(frac - 0.7) < 3e-3, "dropout p=0.3 keeps %.4f of 2^20 weights (want 0.7 +- 3e-3)",
         frac);
 
   int diff_seed = 0, diff_stream = 0;
   for (uint64_t i = 0; i < 256; i++) {
-    diff_seed |= ref_dropout_keep(1, 0, i, 0.5f) != ref_dropout_keep(2, 0, i, 0.5f);
-    diff_stream |= ref_dropout_keep(1, 0, i, 0.5f) != ref_dropout_keep(1, 1, i, 0.5f);
+    diff_seed |= ref_dropout_keep(1, 0, i, 0, 0.5f) != ref_dropout_keep(2, 0, i, 0, 0.5f);
+    diff_stream |= ref_dropout_keep(1, 0, i, 0, 0.5f) != ref_dropout_keep(1, 1, i, 0, 0.5f);
   }
   check(diff_seed && diff_stream, "dropout mask changes with seed and with stream");
 }
@@ -459,8 +478,7 @@ static void test_dropout_forward(const fd_case *c, int index) {
           double z = 0.0;
           for (int j = 0; j < d->nk; j++) {
             if (!may_see(c, b, i, j)) continue;
-            uint64_t idx = qi * (uint64_t)d->nk + (uint64_t)j;
-            int keep = ref_dropout_keep(d->seed, d->stream, idx, d->dropout);
+            int keep = ref_attn_keep(d->seed, d->stream, qi, d->nk, j, d->dropout);
             if (x == 0) keep ? kept++ : dropped++;
             int rel = j - (d->q_pos0 + i);
             int r = (rel < -k ? -k : rel > k ? k : rel) + k;
