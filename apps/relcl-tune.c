@@ -32,6 +32,9 @@
 #define MAX_SHAPES 8
 #define MAX_PARAMS 24
 #define MAX_RESULTS 4096
+/* Seconds a candidate's product check may take, its kernels' compile included (test_attention
+ * compiled CLBlast's kernels in 174 s on the Zen 1 EPYC with a cold PoCL cache) */
+#define CHECK_SECONDS 600
 
 typedef struct {
   long m, n, k;
@@ -453,17 +456,21 @@ static bool find_bench(char *path, size_t size) {
   return access(path, X_OK) == 0;
 }
 
-/* One run of `relcl-bench --tuning-child` with RELCL_TUNING=tuning: a training step of a
- * small relative model (warm-up, then the median of three), its seconds per step in *sec.
- * 0, or nonzero with the reason in err. */
-static int time_step(const char *bench, const char *spec, const char *tuning, bool quick,
-                     double seconds, double *sec, char *err, size_t err_size) {
+/* Runs argv (argv[0] a path) with RELCL_TUNING=tuning when tuning is not NULL, its file
+ * descriptor `fd` (1 or 2) into buf (at most size - 1 bytes, NUL-terminated), for at most
+ * `seconds`: then it is killed and *killed set. *status is waitpid's. 0, or nonzero with
+ * the reason in err (pipe, fork). */
+static int run_child(const char *const *argv, const char *tuning, int fd, double seconds,
+                     char *buf, size_t size, int *status, bool *killed, char *err,
+                     size_t err_size) {
   int fds[2];
-  err[0] = '\0';
+  *killed = false;
+  buf[0] = '\0';
   if (pipe(fds) != 0) {
     snprintf(err, err_size, "pipe: %s", strerror(errno));
     return 1;
   }
+  fflush(stdout);
   pid_t pid = fork();
   if (pid < 0) {
     snprintf(err, err_size, "fork: %s", strerror(errno));
@@ -472,38 +479,49 @@ static int time_step(const char *bench, const char *spec, const char *tuning, bo
     return 1;
   }
   if (pid == 0) {
-    if (dup2(fds[1], 1) < 0) _exit(127);
+    if (dup2(fds[1], fd) < 0) _exit(127);
     close(fds[0]);
-    setenv("RELCL_TUNING", tuning, 1);
-    const char *args[] = {bench, "--tuning-child", "--device", spec, "--reps", "3",
-                          quick ? "--quick" : NULL, NULL};
-    execv(bench, (char *const *)args);
+    if (tuning) setenv("RELCL_TUNING", tuning, 1);
+    execv(argv[0], (char *const *)argv);
     _exit(127);
   }
   close(fds[1]);
   double deadline = now() + seconds;
-  char buf[2048];
   size_t have = 0;
-  bool killed = false;
   for (;;) {
     double left = deadline - now();
-    if (left <= 0 && !killed) {
+    if (left <= 0 && !*killed) {
       kill(pid, SIGKILL);
-      killed = true;
+      *killed = true;
     }
     struct pollfd pf = {fds[0], POLLIN, 0};
-    int pr = poll(&pf, 1, killed ? 2000 : (int)(left * 1000) + 1);
+    int pr = poll(&pf, 1, *killed ? 2000 : (int)(left * 1000) + 1);
     if (pr < 0 && errno == EINTR) continue;
     if (pr == 0) continue;
-    ssize_t got = read(fds[0], buf + have, sizeof buf - 1 - have);
+    ssize_t got = read(fds[0], buf + have, size - 1 - have);
     if (got <= 0) break;
     have += (size_t)got;
-    if (have == sizeof buf - 1) break;
+    if (have == size - 1) break;
   }
   buf[have] = '\0';
   close(fds[0]);
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR) {}
+  return 0;
+}
+
+/* One run of `relcl-bench --tuning-child` with RELCL_TUNING=tuning: a training step of a
+ * small relative model (warm-up, then the median of three), its seconds per step in *sec.
+ * 0, or nonzero with the reason in err. */
+static int time_step(const char *bench, const char *spec, const char *tuning, bool quick,
+                     double seconds, double *sec, char *err, size_t err_size) {
+  err[0] = '\0';
+  const char *args[] = {bench, "--tuning-child", "--device", spec, "--reps", "3",
+                        quick ? "--quick" : NULL, NULL};
+  char buf[2048];
   int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  bool killed;
+  if (run_child(args, tuning, 1, seconds, buf, sizeof buf, &status, &killed, err, err_size))
+    return 1;
   if (killed) {
     snprintf(err, err_size, "no result within %.0f s", seconds);
     return 1;
@@ -741,6 +759,42 @@ static int check_file(const char *spec, const char *file, bool must_apply, char 
   return rc;
 }
 
+/* check_file (must_apply false) in a child, this program's --check-candidate, that gets
+ * `seconds`: PoCL compiles some parameter sets for many minutes (on the Zen 5 EPYC, an
+ * XgemmDirect set of 16 x 16 outputs a work-item for over ten), which would stall the whole
+ * search in this process. 0, or nonzero with the reason in err. */
+static int check_file_bounded(const char *spec, const char *file, double seconds, char *err,
+                              size_t err_size) {
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) {
+    snprintf(err, err_size, "cannot find this program (/proc/self/exe): %s", strerror(errno));
+    return 1;
+  }
+  self[len] = '\0';
+  const char *args[] = {self, "--device", spec, "--check-candidate", file, NULL};
+  char buf[1024];
+  int status;
+  bool killed;
+  if (run_child(args, NULL, 2, seconds, buf, sizeof buf, &status, &killed, err, err_size))
+    return 1;
+  if (killed) {
+    snprintf(err, err_size, "no verdict within %.0f s (its kernels still compiling?)", seconds);
+    return 1;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  /* the child's one line, else how it ended */
+  char *nl = strchr(buf, '\n');
+  if (nl) *nl = '\0';
+  if (buf[0])
+    snprintf(err, err_size, "%.400s", buf);
+  else
+    snprintf(err, err_size, "%.300s --check-candidate failed (%s %d)", self,
+             WIFEXITED(status) ? "exit status" : "killed by signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  return 1;
+}
+
 /* Device milliseconds of relcl's products with a long inner dimension under the tuning file
  * `file` (a fresh context applies it): a linear layer's backward over `rows` tokens (dW =
  * dy^T x, inner dimension rows; dx = dy W, inner dimension 1024) and a forward with a wide
@@ -973,7 +1027,7 @@ static int step_check(candidate *c, int nc, const char *bench, const char *spec,
   double t0 = now();
   for (int i = 0; i < nc; i++) {
     char err[512];
-    if (check_file(spec, c[i].file, false, err, sizeof err) == 0) {
+    if (check_file_bounded(spec, c[i].file, CHECK_SECONDS, err, sizeof err) == 0) {
       snprintf(c[i].products, sizeof c[i].products, "right");
     } else {
       snprintf(c[i].products, sizeof c[i].products, "%s", err);
@@ -1072,6 +1126,7 @@ int main(int argc, char **argv) {
       {"step-check", required_argument, NULL, 's'},
       {"bench", required_argument, NULL, 'B'},
       {"check", required_argument, NULL, 'C'},
+      {"check-candidate", required_argument, NULL, 'K'}, /* internal: check_file_bounded */
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -1079,6 +1134,7 @@ int main(int argc, char **argv) {
   const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
   bool quick = false, if_needed = false;
   const char *step_arg = "full", *bench_arg = NULL, *check_arg = NULL;
+  const char *candidate_arg = NULL;
   int c;
   opterr = 0; /* our own one-line messages */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -1103,6 +1159,7 @@ int main(int argc, char **argv) {
     if (c == 's') step_arg = optarg;
     if (c == 'B') bench_arg = optarg;
     if (c == 'C') check_arg = optarg;
+    if (c == 'K') candidate_arg = optarg;
   }
   if (optind < argc) {
     fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
@@ -1157,6 +1214,14 @@ int main(int argc, char **argv) {
   }
   char spec[32];
   snprintf(spec, sizeof spec, "%d:%d", p, d);
+  if (candidate_arg) { /* check_file_bounded's child: the reason alone on stderr */
+    char err[512];
+    if (check_file(spec, candidate_arg, false, err, sizeof err) != 0) {
+      fprintf(stderr, "%s\n", err);
+      return 1;
+    }
+    return 0;
+  }
   if (check_arg) {
     char err[512];
     bool must_apply = strcmp(check_arg, "off") != 0;
@@ -1496,7 +1561,7 @@ int main(int argc, char **argv) {
   /* the step check's candidates were checked one by one; without its winner, check what
    * goes into the file (the tuners' or the CPU sweep's set) */
   char err[512];
-  if (!checked && check_file(spec, part, false, err, sizeof err) != 0) {
+  if (!checked && check_file_bounded(spec, part, CHECK_SECONDS, err, sizeof err) != 0) {
     fprintf(stderr, PROG ": the chosen parameters %s: nothing written to %s\n", err, path);
     remove(part);
     return 1;
