@@ -234,62 +234,112 @@ __kernel void embed_bwd(__global const int *tokens, uint tok_off, __global const
 
 /* y = [y +] [residual +] mask * (x [+ bias[i mod cols]]) * scale: inverted dropout fused
  * with the bias of the GEMM before it and the residual add after it (one pass instead of
- * three). One Philox call gives four words: work-item g handles elements 4g .. 4g+3, element
- * i keeping iff word i mod 4 of the call with counter (g lo, g hi, stream lo, stream hi) is
- * >= threshold. Without RELCL_DROP every word passes (threshold 0) and the scale is 1, which
- * leaves values exact. Global ceil(n / 4).
- * For PoCL: no private arrays, no uint4 arithmetic, a branch-free body for whole groups of
- * four; its work-item loops then vectorize (the old form ran at ~50 M elements/s). */
+ * three). One Philox call gives four words: call g decides elements 4g .. 4g+3, element i
+ * keeping iff word i mod 4 of the call with counter (g lo, g hi, stream lo, stream hi) is
+ * >= threshold. Without RELCL_DROP every element is kept and the scale is 1, which leaves
+ * values exact.
+ * Group shape: a call a work-item, global ceil(n / 4). For PoCL's work-item loops: no
+ * private arrays, no uint4 arithmetic, a branch-free body for whole groups of four.
+ * Item shape (CPUs): eight calls a work-item (32 elements), their words from relcl_keep32
+ * in uint8 lanes, global ceil(n / 32): the Philox rounds vectorize whatever PoCL makes of
+ * the work-item loop. */
+
+/* The elements 4g .. 4g+3 of call g (those below n), kept where k0 .. k3 are nonzero. */
+inline void drop_four(uint g, int k0, int k1, int k2, int k3, __global const float *x,
+                      __global const float *bias, __global const float *res,
+                      __global float *y, uint n, uint cols, int flags, float s) {
+  const uint i = 4 * g;
+  /* the bias column of element i; the next ones by stepping with wrap-around */
+  uint c = (flags & RELCL_BIAS) ? i % cols : 0u;
+  if (i + 4 <= n) {
+    float4 v = vload4(0, x + i);
+    if (flags & RELCL_BIAS) {
+      float4 bv;
+      bv.x = bias[c];
+      c = c + 1 == cols ? 0u : c + 1;
+      bv.y = bias[c];
+      c = c + 1 == cols ? 0u : c + 1;
+      bv.z = bias[c];
+      c = c + 1 == cols ? 0u : c + 1;
+      bv.w = bias[c];
+      v = v + bv;
+    }
+    v.x = k0 ? v.x * s : 0.0f;
+    v.y = k1 ? v.y * s : 0.0f;
+    v.z = k2 ? v.z * s : 0.0f;
+    v.w = k3 ? v.w * s : 0.0f;
+    if (flags & RELCL_RESIDUAL) v = vload4(0, res + i) + v;
+    if (flags & RELCL_ACCUMULATE) v = vload4(0, y + i) + v;
+    vstore4(v, 0, y + i);
+    return;
+  }
+  /* the last, partial group: at most three elements */
+  for (uint j = 0; i + j < n; j++) {
+    const int kj = j == 0 ? k0 : j == 1 ? k1 : k2;
+    float v = x[i + j];
+    if (flags & RELCL_BIAS) {
+      v = v + bias[c];
+      c = c + 1 == cols ? 0u : c + 1;
+    }
+    v = kj ? v * s : 0.0f;
+    if (flags & RELCL_RESIDUAL) v = res[i + j] + v;
+    if (flags & RELCL_ACCUMULATE) v = y[i + j] + v;
+    y[i + j] = v;
+  }
+}
+
 __kernel void dropout_apply(__global const float *x, uint x_off, __global const float *bias,
                             uint b_off, __global const float *res, uint r_off,
                             __global float *y, uint y_off, uint n, uint cols, int flags,
                             uint threshold, float scale, uint seed_lo, uint seed_hi,
                             uint stream_lo, uint stream_hi) {
-  const uint g = get_global_id(0);
-  if (g >= (n + 3) / 4) return;
   const int drop = flags & RELCL_DROP;
-  const uint t = drop ? threshold : 0u;
   const float s = drop ? scale : 1.0f;
-  uint4 w = (uint4)(0u);
-  if (drop) w = relcl_philox4x32_10((uint4)(g, 0u, stream_lo, stream_hi), seed_lo, seed_hi);
-  const uint i = 4 * g;
-  /* the bias column of element i; the next ones by stepping with wrap-around */
-  uint c = (flags & RELCL_BIAS) ? i % cols : 0u;
-  if (i + 4 <= n) {
-    float4 v = vload4(0, x + x_off + i);
-    if (flags & RELCL_BIAS) {
-      float4 bv;
-      bv.x = bias[b_off + c];
-      c = c + 1 == cols ? 0u : c + 1;
-      bv.y = bias[b_off + c];
-      c = c + 1 == cols ? 0u : c + 1;
-      bv.z = bias[b_off + c];
-      c = c + 1 == cols ? 0u : c + 1;
-      bv.w = bias[b_off + c];
-      v = v + bv;
+  const uint calls = (n + 3) / 4;
+  x += x_off, bias += b_off, res += r_off, y += y_off;
+#ifdef RELCL_ROW_ITEM
+  const uint q0 = 8 * (uint)get_global_id(0);
+  if (q0 >= calls) return;
+  /* m[w] lane l: -1 where element 4 (q0 + l) + w is kept (word w of call q0 + l) */
+  int8 m[4] = {(int8)(-1), (int8)(-1), (int8)(-1), (int8)(-1)};
+  if (drop) {
+    uint8 w[4];
+    relcl_philox8(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
+    for (int i = 0; i < 4; i++) m[i] = w[i] >= (uint8)(threshold);
+  }
+  const uint i0 = 4 * q0, c0 = (flags & RELCL_BIAS) ? i0 % cols : 0u;
+  if (i0 + 32 <= n && (!(flags & RELCL_BIAS) || c0 + 32 <= cols)) {
+    /* the 32 elements as four float8s, two calls each: their masks interleaved */
+    const int8 mk[4] = {
+        (int8)(m[0].s0, m[1].s0, m[2].s0, m[3].s0, m[0].s1, m[1].s1, m[2].s1, m[3].s1),
+        (int8)(m[0].s2, m[1].s2, m[2].s2, m[3].s2, m[0].s3, m[1].s3, m[2].s3, m[3].s3),
+        (int8)(m[0].s4, m[1].s4, m[2].s4, m[3].s4, m[0].s5, m[1].s5, m[2].s5, m[3].s5),
+        (int8)(m[0].s6, m[1].s6, m[2].s6, m[3].s6, m[0].s7, m[1].s7, m[2].s7, m[3].s7)};
+    for (int b = 0; b < 4; b++) {
+      float8 v = vload8(b, x + i0);
+      if (flags & RELCL_BIAS) v = v + vload8(b, bias + c0);
+      v = select((float8)(0.0f), v * s, mk[b]);
+      if (flags & RELCL_RESIDUAL) v = vload8(b, res + i0) + v;
+      if (flags & RELCL_ACCUMULATE) v = vload8(b, y + i0) + v;
+      vstore8(v, b, y + i0);
     }
-    v.x = w.x >= t ? v.x * s : 0.0f;
-    v.y = w.y >= t ? v.y * s : 0.0f;
-    v.z = w.z >= t ? v.z * s : 0.0f;
-    v.w = w.w >= t ? v.w * s : 0.0f;
-    if (flags & RELCL_RESIDUAL) v = vload4(0, res + r_off + i) + v;
-    if (flags & RELCL_ACCUMULATE) v = vload4(0, y + y_off + i) + v;
-    vstore4(v, 0, y + y_off + i);
     return;
   }
-  /* the last, partial group: at most three elements */
-  for (uint j = 0; i + j < n; j++) {
-    const uint wj = j == 0 ? w.x : j == 1 ? w.y : w.z;
-    float v = x[x_off + i + j];
-    if (flags & RELCL_BIAS) {
-      v = v + bias[b_off + c];
-      c = c + 1 == cols ? 0u : c + 1;
-    }
-    v = wj >= t ? v * s : 0.0f;
-    if (flags & RELCL_RESIDUAL) v = res[r_off + i + j] + v;
-    if (flags & RELCL_ACCUMULATE) v = y[y_off + i + j] + v;
-    y[y_off + i + j] = v;
-  }
+  /* the last run, or one in which the bias column wraps: call by call */
+  int keep[4][8];
+  for (int i = 0; i < 4; i++) vstore8(m[i], 0, keep[i]);
+  const uint nl = min(8u, calls - q0);
+  for (uint l = 0; l < nl; l++)
+    drop_four(q0 + l, keep[0][l], keep[1][l], keep[2][l], keep[3][l], x, bias, res, y, n, cols,
+              flags, s);
+#else
+  const uint g = get_global_id(0);
+  if (g >= calls) return;
+  uint4 w = (uint4)(0u);
+  if (drop) w = relcl_philox4x32_10((uint4)(g, 0u, stream_lo, stream_hi), seed_lo, seed_hi);
+  const uint t = drop ? threshold : 0u;
+  drop_four(g, w.x >= t, w.y >= t, w.z >= t, w.w >= t, x, bias, res, y, n, cols, flags, s);
+#endif
 }
 
 /* y = alpha x + beta y (beta = 0: y not read) */
