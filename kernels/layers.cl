@@ -310,11 +310,12 @@ __kernel void dropout_apply(__global const float *x, uint x_off, __global const 
   const uint i0 = 4 * q0, c0 = (flags & RELCL_BIAS) ? i0 % cols : 0u;
   if (i0 + 32 <= n && (!(flags & RELCL_BIAS) || c0 + 32 <= cols)) {
     /* the 32 elements as four float8s, two calls each: their masks interleaved */
-    const int8 mk[4] = {
-        (int8)(m[0].s0, m[1].s0, m[2].s0, m[3].s0, m[0].s1, m[1].s1, m[2].s1, m[3].s1),
-        (int8)(m[0].s2, m[1].s2, m[2].s2, m[3].s2, m[0].s3, m[1].s3, m[2].s3, m[3].s3),
-        (int8)(m[0].s4, m[1].s4, m[2].s4, m[3].s4, m[0].s5, m[1].s5, m[2].s5, m[3].s5),
-        (int8)(m[0].s6, m[1].s6, m[2].s6, m[3].s6, m[0].s7, m[1].s7, m[2].s7, m[3].s7)};
+    const uint8 lo = (uint8)(0, 8, 1, 9, 2, 10, 3, 11), hi = lo + (uint8)(4),
+                first = (uint8)(0, 1, 8, 9, 2, 3, 10, 11), second = first + (uint8)(4);
+    const int8 t01 = shuffle2(m[0], m[1], lo), t23 = shuffle2(m[2], m[3], lo),
+               u01 = shuffle2(m[0], m[1], hi), u23 = shuffle2(m[2], m[3], hi);
+    const int8 mk[4] = {shuffle2(t01, t23, first), shuffle2(t01, t23, second),
+                        shuffle2(u01, u23, first), shuffle2(u01, u23, second)};
     for (int b = 0; b < 4; b++) {
       float8 v = vload8(b, x + i0);
       if (flags & RELCL_BIAS) v = v + vload8(b, bias + c0);
