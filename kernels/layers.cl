@@ -307,8 +307,9 @@ __kernel void dropout_apply(__global const float *x, uint x_off, __global const 
     relcl_philox8(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
     for (int i = 0; i < 4; i++) m[i] = w[i] >= (uint8)(threshold);
   }
+  /* i0 < n and c0 < cols: the differences below cannot wrap, as i0 + 32 could near 2^32 */
   const uint i0 = 4 * q0, c0 = (flags & RELCL_BIAS) ? i0 % cols : 0u;
-  if (i0 + 32 <= n && (!(flags & RELCL_BIAS) || c0 + 32 <= cols)) {
+  if (n - i0 >= 32u && (!(flags & RELCL_BIAS) || cols - c0 >= 32u)) {
     /* the 32 elements as four float8s, two calls each: their masks interleaved */
     const uint8 lo = (uint8)(0, 8, 1, 9, 2, 10, 3, 11), hi = lo + (uint8)(4),
                 first = (uint8)(0, 1, 8, 9, 2, 3, 10, 11), second = first + (uint8)(4);
