@@ -240,9 +240,11 @@ __kernel void embed_bwd(__global const int *tokens, uint tok_off, __global const
  * values exact.
  * Group shape: a call a work-item, global ceil(n / 4). For PoCL's work-item loops: no
  * private arrays, no uint4 arithmetic, a branch-free body for whole groups of four.
- * Item shape (CPUs): eight calls a work-item (32 elements), their words from relcl_keep32
- * in uint8 lanes, global ceil(n / 32): the Philox rounds vectorize whatever PoCL makes of
- * the work-item loop. */
+ * Item shape (CPUs): eight calls a work-item (32 elements), their words from relcl_philox8
+ * (uint8 lanes), the masks interleaved into memory order with shuffle2 and applied to four
+ * float8s; global ceil(n / 32), launched as rows are (lib/ops/layers.c). The Philox rounds
+ * then run in vectors whatever PoCL makes of the work-item loop: 2.4-2.5 ms for 4M elements
+ * against 4.8-5.4 in the group shape (Zen 5). */
 
 /* The elements 4g .. 4g+3 of call g (those below n), kept where k0 .. k3 are nonzero. */
 inline void drop_four(uint g, int k0, int k1, int k2, int k3, __global const float *x,
