@@ -895,6 +895,113 @@ static double choose_k_chunk(const char *spec, const char *dir, const cJSON *hea
   return best[win];
 }
 
+/* ---- the switch between CLBlast's direct and indirect kernels, on relcl's products ---- */
+
+/* CLBlast's routine tuner (above) times its indirect kernel with the copies and transposes
+ * CLBlast makes around it, which relcl's calls avoid (lib/runtime/gemm.c), so its switch can
+ * be too high for relcl: on the Zen 5 EPYC it chose 256, and 128 ran a small model's step
+ * 8 to 13% faster. So the switch is chosen again on relcl's own products of middle size. */
+static const int switch_sizes[] = {64, 128, 256, 512};
+enum { N_SWITCH = sizeof switch_sizes / sizeof *switch_sizes };
+
+/* Device milliseconds of relcl's middle-sized products under the tuning file `file`: a linear
+ * layer's forward and backward (three products) over `rows` tokens, for each (rows, in, out)
+ * below: a small model's step (512 tokens, width 128, and its 512-wide layer) and decoding's
+ * batches of beams. From 1M to 34M multiply-adds a product, across 64^3 to 512^3. The best
+ * of `reps`. */
+static int time_middle_products(const char *spec, const char *file, int reps, double *ms,
+                                char *err, size_t err_size) {
+  static const int layers[][3] = {
+      {512, 128, 128}, {512, 128, 512}, {512, 512, 128}, {128, 256, 256}, {16, 256, 256}};
+  enum { NL = sizeof layers / sizeof *layers, MAXR = 512, MAXW = 512 };
+  relcl_context *ctx = NULL;
+  relcl_status st = context_with(spec, file, &ctx);
+  cl_mem m[6] = {NULL}; /* x, W, y (dy), dx, dW, a spare */
+  const size_t size = (size_t)MAXR * MAXW;
+  for (int i = 0; i < 6 && st == RELCL_OK; i++)
+    if ((st = relcl_alloc(ctx, size, &m[i])) == RELCL_OK)
+      st = relcl_fill(ctx, relcl_buf_at(m[i], 0), 0.01f * (float)(i + 1), size);
+  if (st == RELCL_OK) st = relcl_profile_enable(ctx, 1);
+  *ms = 1e30;
+  for (int r = -1; r < reps && st == RELCL_OK; r++) { /* r = -1: CLBlast compiles */
+    relcl_profile_summary sum;
+    if ((st = relcl_profile_reset(ctx)) != RELCL_OK) break;
+    for (int l = 0; l < NL && st == RELCL_OK; l++) {
+      const int rows = layers[l][0], in = layers[l][1], out = layers[l][2];
+      if ((st = relcl_linear_forward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
+                                     relcl_buf_at(m[1], 0), RELCL_BUF_NONE,
+                                     relcl_buf_at(m[2], 0))) == RELCL_OK)
+        st = relcl_linear_backward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
+                                   relcl_buf_at(m[1], 0), relcl_buf_at(m[2], 0),
+                                   relcl_buf_at(m[3], 0), 0, relcl_buf_at(m[4], 0),
+                                   RELCL_BUF_NONE);
+    }
+    if (st != RELCL_OK || (st = relcl_finish(ctx)) != RELCL_OK ||
+        (st = relcl_profile_summary_get(ctx, &sum)) != RELCL_OK)
+      break;
+    if (r >= 0 && sum.part_ms[RELCL_PART_CONTENT_GEMM] < *ms)
+      *ms = sum.part_ms[RELCL_PART_CONTENT_GEMM];
+  }
+  if (st != RELCL_OK)
+    snprintf(err, err_size, "%s: %s", relcl_status_str(st), relcl_last_error());
+  for (int i = 0; i < 6; i++)
+    if (m[i]) clReleaseMemObject(m[i]);
+  if (ctx) relcl_context_destroy(ctx);
+  return st == RELCL_OK ? 0 : 1;
+}
+
+/* Choose GemmRoutine XGEMM_MIN_INDIRECT_SIZE for *kernels (JSON) among switch_sizes by
+ * timing the middle products with each in turn, in interleaved rounds; sets the winner in
+ * *kernels and the times in measured["GemmSwitch"]. Returns whether the switch changed. */
+static bool choose_switch(const char *spec, const char *dir, const cJSON *head, cJSON **kernels,
+                          bool quick, cJSON *measured) {
+  const int rounds = quick ? 1 : 2;
+  double best[N_SWITCH];
+  char files[N_SWITCH][4300], err[512];
+  printf("  the switch to CLBlast's indirect kernel, on relcl's products from 1M to 34M "
+         "multiply-adds:");
+  fflush(stdout);
+  for (int c = 0; c < N_SWITCH; c++) {
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddNumberToObject(g, "XGEMM_MIN_INDIRECT_SIZE", switch_sizes[c]);
+    char *text = kernels_with(*kernels, "GemmRoutine", g);
+    snprintf(files[c], sizeof files[c], "%s/switch-%d.json", dir, switch_sizes[c]);
+    bool ok = text && write_candidate(files[c], head, text);
+    free(text);
+    if (!ok) {
+      printf(" cannot write %s: not measured\n", files[c]);
+      return false;
+    }
+    best[c] = 1e30;
+  }
+  for (int r = 0; r < rounds; r++)
+    for (int c = 0; c < N_SWITCH; c++) {
+      double ms;
+      if (time_middle_products(spec, files[c], 2, &ms, err, sizeof err)) {
+        printf(" failed (%s): not measured\n", err);
+        return false;
+      }
+      if (ms < best[c]) best[c] = ms;
+    }
+  int win = 0;
+  cJSON *e = cJSON_AddObjectToObject(measured, "GemmSwitch");
+  for (int c = 0; c < N_SWITCH; c++) {
+    printf(" %d^3: %.1f ms%s", switch_sizes[c], best[c], c + 1 < N_SWITCH ? "," : "");
+    char key[16];
+    snprintf(key, sizeof key, "%d", switch_sizes[c]);
+    cJSON_AddNumberToObject(e, key, best[c]);
+    if (best[c] < best[win]) win = c;
+  }
+  const cJSON *old = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(*kernels, "GemmRoutine"), "XGEMM_MIN_INDIRECT_SIZE");
+  const bool changed = !cJSON_IsNumber(old) || old->valueint != switch_sizes[win];
+  printf("; %d%s\n", switch_sizes[win], changed ? "" : " (as before)");
+  cJSON *g = cJSON_CreateObject();
+  cJSON_AddNumberToObject(g, "XGEMM_MIN_INDIRECT_SIZE", switch_sizes[win]);
+  set_entry(*kernels, "GemmRoutine", g);
+  return changed;
+}
+
 /* ---- relcl's own search of the Xgemm family that wins on CPU devices ---- */
 
 /* Xgemm parameter sets without local memory (SA = SB = 0: PoCL runs a work-group as loops
@@ -1542,6 +1649,13 @@ int main(int argc, char **argv) {
     cJSON_AddItemToObject(root, "step_check", sc);
     for (int i = 0; i < nc; i++) free(cand[i].kernels);
   }
+  /* the switch between the direct and indirect kernels, on relcl's own products, for the
+   * parameters going into the file (none: CLBlast's defaults were fastest); a new switch
+   * moves products between the kernels, so the file is checked again before it is written */
+  if (cJSON_GetObjectItemCaseSensitive(kernels, "Xgemm") &&
+      cJSON_GetObjectItemCaseSensitive(kernels, "XgemmDirect") &&
+      choose_switch(spec, tmp, root, &kernels, quick, measured))
+    checked = false;
   free(before_kernels);
   free(cpu_kernels);
   char note[512];

@@ -8,6 +8,8 @@
     file's;
   - relcl's own K_CHUNK (long products as slices) is timed and the fastest goes with the
     tuners' kernels;
+  - the switch between CLBlast's direct and indirect kernels is timed on relcl's own
+    middle-sized products and the fastest goes into the file;
   - --if-needed does nothing when that file applies;
   - every step-check candidate's products were checked against a sum in double;
     --check FILE passes the file written, and fails in one line, exit 1, for parameters that
@@ -100,6 +102,15 @@ def main():
             got = tuned.get("tuners_kernels", kernels).get("RelclGemm", {}).get("K_CHUNK", 0)
             check(got == fastest, f"the tuners' result carries the fastest K_CHUNK "
                   f"{fastest} (got {got})")
+        # the switch between the direct and indirect kernels, chosen again on relcl's own
+        # middle-sized products for the parameters in the file: the fastest goes in
+        sw = tuned.get("measured", {}).get("GemmSwitch", {})
+        if check(sorted(sw, key=int) == ["64", "128", "256", "512"]
+                 and all(isinstance(v, (int, float)) and 0 < v < 1e29 for v in sw.values()),
+                 f"XGEMM_MIN_INDIRECT_SIZE 64, 128, 256, 512 timed on relcl's products: {sw}"):
+            fastest = int(min(sw, key=lambda c: sw[c]))
+            got = kernels.get("GemmRoutine", {}).get("XGEMM_MIN_INDIRECT_SIZE")
+            check(got == fastest, f"the file's switch is the fastest, {fastest} (got {got})")
         rate = [e for e in tuned.get("measured", {}).get("Xgemm", []) if e.get("gflops", 0) > 0]
         check(len(rate) == 1 and rate[0]["shape"] == "128x128x128",
               f"the rate of the chosen Xgemm parameters is recorded: {rate}")
