@@ -795,34 +795,27 @@ static int check_file_bounded(const char *spec, const char *file, double seconds
   return 1;
 }
 
-/* Device milliseconds of relcl's products with a long inner dimension under the tuning file
- * `file` (a fresh context applies it): a linear layer's backward over `rows` tokens (dW =
- * dy^T x, inner dimension rows; dx = dy W, inner dimension 1024) and a forward with a wide
- * input (inner dimension `wide`), as in the output layer's backward. The best of `reps`. */
-static int time_long_products(const char *spec, const char *file, int rows, int wide, int reps,
-                              double *ms, char *err, size_t err_size) {
+/* Products to time: one pass of them enqueued on ctx, on the buffers m of the sizes the
+ * caller gave time_products. */
+typedef relcl_status (*product_pass)(relcl_context *ctx, const cl_mem *m, const int *arg);
+
+/* Device milliseconds of the content GEMMs of `pass` under the tuning file `file` (a fresh
+ * context applies it), on nbuf buffers of sizes[i] floats (at most 8, filled with small
+ * constants): the best of `reps` passes after one in which CLBlast compiles. */
+static int time_products(const char *spec, const char *file, const size_t *sizes, int nbuf,
+                         product_pass pass, const int *arg, int reps, double *ms, char *err,
+                         size_t err_size) {
   relcl_context *ctx = NULL;
   relcl_status st = context_with(spec, file, &ctx);
-  enum { D = 256, FF = 1024 };
-  cl_mem m[7] = {NULL};
-  const size_t sizes[7] = {(size_t)rows * D,  (size_t)FF * D,   (size_t)rows * FF,
-                           (size_t)rows * D,  (size_t)FF * D,   (size_t)(rows / 4) * wide,
-                           (size_t)D * wide};
-  for (int i = 0; i < 7 && st == RELCL_OK; i++)
+  cl_mem m[8] = {NULL};
+  for (int i = 0; i < nbuf && st == RELCL_OK; i++)
     if ((st = relcl_alloc(ctx, sizes[i], &m[i])) == RELCL_OK)
       st = relcl_fill(ctx, relcl_buf_at(m[i], 0), 0.01f * (float)(i + 1), sizes[i]);
   if (st == RELCL_OK) st = relcl_profile_enable(ctx, 1);
   *ms = 1e30;
   for (int r = -1; r < reps && st == RELCL_OK; r++) { /* r = -1: CLBlast compiles */
     relcl_profile_summary sum;
-    if ((st = relcl_profile_reset(ctx)) != RELCL_OK ||
-        (st = relcl_linear_backward(ctx, rows, D, FF, relcl_buf_at(m[0], 0),
-                                    relcl_buf_at(m[1], 0), relcl_buf_at(m[2], 0),
-                                    relcl_buf_at(m[3], 0), 0, relcl_buf_at(m[4], 0),
-                                    RELCL_BUF_NONE)) != RELCL_OK ||
-        (st = relcl_linear_forward(ctx, rows / 4, wide, D, relcl_buf_at(m[5], 0),
-                                   relcl_buf_at(m[6], 0), RELCL_BUF_NONE,
-                                   relcl_buf_at(m[3], 0))) != RELCL_OK ||
+    if ((st = relcl_profile_reset(ctx)) != RELCL_OK || (st = pass(ctx, m, arg)) != RELCL_OK ||
         (st = relcl_finish(ctx)) != RELCL_OK ||
         (st = relcl_profile_summary_get(ctx, &sum)) != RELCL_OK)
       break;
@@ -831,10 +824,53 @@ static int time_long_products(const char *spec, const char *file, int rows, int 
   }
   if (st != RELCL_OK)
     snprintf(err, err_size, "%s: %s", relcl_status_str(st), relcl_last_error());
-  for (int i = 0; i < 7; i++)
+  for (int i = 0; i < nbuf; i++)
     if (m[i]) clReleaseMemObject(m[i]);
   if (ctx) relcl_context_destroy(ctx);
   return st == RELCL_OK ? 0 : 1;
+}
+
+enum { LONG_D = 256, LONG_FF = 1024 };
+
+/* relcl's products with a long inner dimension: a linear layer's backward over arg[0] tokens
+ * (dW = dy^T x, inner dimension the tokens; dx = dy W, inner dimension 1024) and a forward
+ * with a wide input (inner dimension arg[1]), as in the output layer's backward. */
+static relcl_status long_pass(relcl_context *ctx, const cl_mem *m, const int *arg) {
+  const int rows = arg[0], wide = arg[1];
+  relcl_status st = relcl_linear_backward(
+      ctx, rows, LONG_D, LONG_FF, relcl_buf_at(m[0], 0), relcl_buf_at(m[1], 0),
+      relcl_buf_at(m[2], 0), relcl_buf_at(m[3], 0), 0, relcl_buf_at(m[4], 0), RELCL_BUF_NONE);
+  if (st != RELCL_OK) return st;
+  return relcl_linear_forward(ctx, rows / 4, wide, LONG_D, relcl_buf_at(m[5], 0),
+                              relcl_buf_at(m[6], 0), RELCL_BUF_NONE, relcl_buf_at(m[3], 0));
+}
+
+/* Device milliseconds of long_pass over `rows` tokens with a `wide` input, the best of
+ * `reps`. */
+static int time_long_products(const char *spec, const char *file, int rows, int wide, int reps,
+                              double *ms, char *err, size_t err_size) {
+  const size_t sizes[7] = {(size_t)rows * LONG_D,   (size_t)LONG_FF * LONG_D,
+                           (size_t)rows * LONG_FF,  (size_t)rows * LONG_D,
+                           (size_t)LONG_FF * LONG_D, (size_t)(rows / 4) * wide,
+                           (size_t)LONG_D * wide};
+  const int arg[2] = {rows, wide};
+  return time_products(spec, file, sizes, 7, long_pass, arg, reps, ms, err, err_size);
+}
+
+/* Prints " V<suffix>: T ms" for each candidate value V, records the times under
+ * measured[key] by value, and returns the index of the fastest (the first of equals). */
+static int report_times(cJSON *measured, const char *key, const int *values, const double *ms,
+                        int n, const char *suffix) {
+  int win = 0;
+  cJSON *e = cJSON_AddObjectToObject(measured, key);
+  for (int c = 0; c < n; c++) {
+    printf(" %d%s: %.1f ms%s", values[c], suffix, ms[c], c + 1 < n ? "," : "");
+    char name[16];
+    snprintf(name, sizeof name, "%d", values[c]);
+    cJSON_AddNumberToObject(e, name, ms[c]);
+    if (ms[c] < ms[win]) win = c;
+  }
+  return win;
 }
 
 /* Choose RelclGemm K_CHUNK for `kernels` (JSON text of a "kernels" object) by timing the
@@ -876,15 +912,7 @@ static double choose_k_chunk(const char *spec, const char *dir, const cJSON *hea
       }
       if (ms < best[c]) best[c] = ms;
     }
-  int win = 0;
-  cJSON *e = cJSON_AddObjectToObject(measured, key);
-  for (int c = 0; c < NC; c++) {
-    printf(" %d: %.1f ms%s", chunks[c], best[c], c + 1 < NC ? "," : "");
-    char key[16];
-    snprintf(key, sizeof key, "%d", chunks[c]);
-    cJSON_AddNumberToObject(e, key, best[c]);
-    if (best[c] < best[win]) win = c;
-  }
+  const int win = report_times(measured, key, chunks, best, NC, "");
   printf("; K_CHUNK %d\n", chunks[win]);
   char *text = kernels_with(parsed, "RelclGemm", k_chunk_entry(chunks[win]));
   cJSON_Delete(parsed);
@@ -904,50 +932,36 @@ static double choose_k_chunk(const char *spec, const char *dir, const cJSON *hea
 static const int switch_sizes[] = {64, 128, 256, 512};
 enum { N_SWITCH = sizeof switch_sizes / sizeof *switch_sizes };
 
-/* Device milliseconds of relcl's middle-sized products under the tuning file `file`: a linear
- * layer's forward and backward (three products) over `rows` tokens, for each (rows, in, out)
- * below: a small model's step (512 tokens, width 128, and its 512-wide layer) and decoding's
- * batches of beams. From 1M to 34M multiply-adds a product, across 64^3 to 512^3. The best
- * of `reps`. */
+/* relcl's middle-sized products: a linear layer's forward and backward (three products)
+ * for each (rows, in, out) below: a small model's step (512 tokens, width 128, and its
+ * 512-wide layer) and decoding's batches of beams. From 1M to 34M multiply-adds a product,
+ * across 64^3 to 512^3. */
+static const int middle_layers[][3] = {
+    {512, 128, 128}, {512, 128, 512}, {512, 512, 128}, {128, 256, 256}, {16, 256, 256}};
+enum { N_MIDDLE = sizeof middle_layers / sizeof *middle_layers, MIDDLE_MAX = 512 * 512 };
+
+static relcl_status middle_pass(relcl_context *ctx, const cl_mem *m, const int *arg) {
+  (void)arg;
+  relcl_status st = RELCL_OK;
+  for (int l = 0; l < N_MIDDLE && st == RELCL_OK; l++) {
+    const int rows = middle_layers[l][0], in = middle_layers[l][1], out = middle_layers[l][2];
+    st = relcl_linear_forward(ctx, rows, in, out, relcl_buf_at(m[0], 0), relcl_buf_at(m[1], 0),
+                              RELCL_BUF_NONE, relcl_buf_at(m[2], 0));
+    if (st == RELCL_OK)
+      st = relcl_linear_backward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
+                                 relcl_buf_at(m[1], 0), relcl_buf_at(m[2], 0),
+                                 relcl_buf_at(m[3], 0), 0, relcl_buf_at(m[4], 0),
+                                 RELCL_BUF_NONE);
+  }
+  return st;
+}
+
+/* Device milliseconds of middle_pass (x, W, y or dy, dx, dW: each of the largest size), the
+ * best of `reps`. */
 static int time_middle_products(const char *spec, const char *file, int reps, double *ms,
                                 char *err, size_t err_size) {
-  static const int layers[][3] = {
-      {512, 128, 128}, {512, 128, 512}, {512, 512, 128}, {128, 256, 256}, {16, 256, 256}};
-  enum { NL = sizeof layers / sizeof *layers, MAXR = 512, MAXW = 512 };
-  relcl_context *ctx = NULL;
-  relcl_status st = context_with(spec, file, &ctx);
-  cl_mem m[6] = {NULL}; /* x, W, y (dy), dx, dW, a spare */
-  const size_t size = (size_t)MAXR * MAXW;
-  for (int i = 0; i < 6 && st == RELCL_OK; i++)
-    if ((st = relcl_alloc(ctx, size, &m[i])) == RELCL_OK)
-      st = relcl_fill(ctx, relcl_buf_at(m[i], 0), 0.01f * (float)(i + 1), size);
-  if (st == RELCL_OK) st = relcl_profile_enable(ctx, 1);
-  *ms = 1e30;
-  for (int r = -1; r < reps && st == RELCL_OK; r++) { /* r = -1: CLBlast compiles */
-    relcl_profile_summary sum;
-    if ((st = relcl_profile_reset(ctx)) != RELCL_OK) break;
-    for (int l = 0; l < NL && st == RELCL_OK; l++) {
-      const int rows = layers[l][0], in = layers[l][1], out = layers[l][2];
-      if ((st = relcl_linear_forward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
-                                     relcl_buf_at(m[1], 0), RELCL_BUF_NONE,
-                                     relcl_buf_at(m[2], 0))) == RELCL_OK)
-        st = relcl_linear_backward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
-                                   relcl_buf_at(m[1], 0), relcl_buf_at(m[2], 0),
-                                   relcl_buf_at(m[3], 0), 0, relcl_buf_at(m[4], 0),
-                                   RELCL_BUF_NONE);
-    }
-    if (st != RELCL_OK || (st = relcl_finish(ctx)) != RELCL_OK ||
-        (st = relcl_profile_summary_get(ctx, &sum)) != RELCL_OK)
-      break;
-    if (r >= 0 && sum.part_ms[RELCL_PART_CONTENT_GEMM] < *ms)
-      *ms = sum.part_ms[RELCL_PART_CONTENT_GEMM];
-  }
-  if (st != RELCL_OK)
-    snprintf(err, err_size, "%s: %s", relcl_status_str(st), relcl_last_error());
-  for (int i = 0; i < 6; i++)
-    if (m[i]) clReleaseMemObject(m[i]);
-  if (ctx) relcl_context_destroy(ctx);
-  return st == RELCL_OK ? 0 : 1;
+  const size_t sizes[5] = {MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX};
+  return time_products(spec, file, sizes, 5, middle_pass, NULL, reps, ms, err, err_size);
 }
 
 /* Choose GemmRoutine XGEMM_MIN_INDIRECT_SIZE for *kernels (JSON) among switch_sizes by
@@ -983,15 +997,7 @@ static bool choose_switch(const char *spec, const char *dir, const cJSON *head, 
       }
       if (ms < best[c]) best[c] = ms;
     }
-  int win = 0;
-  cJSON *e = cJSON_AddObjectToObject(measured, "GemmSwitch");
-  for (int c = 0; c < N_SWITCH; c++) {
-    printf(" %d^3: %.1f ms%s", switch_sizes[c], best[c], c + 1 < N_SWITCH ? "," : "");
-    char key[16];
-    snprintf(key, sizeof key, "%d", switch_sizes[c]);
-    cJSON_AddNumberToObject(e, key, best[c]);
-    if (best[c] < best[win]) win = c;
-  }
+  const int win = report_times(measured, "GemmSwitch", switch_sizes, best, N_SWITCH, "^3");
   const cJSON *old = cJSON_GetObjectItemCaseSensitive(
       cJSON_GetObjectItemCaseSensitive(*kernels, "GemmRoutine"), "XGEMM_MIN_INDIRECT_SIZE");
   const bool changed = !cJSON_IsNumber(old) || old->valueint != switch_sizes[win];
