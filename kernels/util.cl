@@ -30,3 +30,43 @@ __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __glo
       for (uint r = 0; r < nr; r++) out[c * ld_out + r] = in[r * ld_in + c];
   }
 }
+
+/* Blocks of a batch copied, or transposed, into zero-padded blocks: gemm.c's per-head
+ * products through CLBlast's indirect kernel (heads_product), which wants each operand with
+ * the inner dimension first and every size a whole number of its tiles, and their results
+ * copied back out. Block b of out is rows_p x cols_p with leading dimension ld_out, stride_out
+ * floats after block b - 1; its element (i, j) is in's (i, j), or in's (j, i) with trans, for
+ * i < rows and j < cols, and 0 elsewhere. in's blocks are stride_in apart, leading dimension
+ * ld_in. A work-item writes an 8 x 8 block of out: eight vector loads (in's rows, or with
+ * trans its columns' rows) into a private block, then eight vector stores, as `transpose`
+ * does; a block cut by an edge goes element by element. Global (ceil(cols_p / 8),
+ * ceil(rows_p / 8), batch). */
+__kernel void pack_blocks(__global const float *in, uint in_off, uint ld_in, uint stride_in,
+                          int trans, uint rows, uint cols, __global float *out, uint out_off,
+                          uint ld_out, uint stride_out, uint rows_p, uint cols_p) {
+  const uint j0 = get_global_id(0) * 8, i0 = get_global_id(1) * 8, b = get_global_id(2);
+  if (j0 >= cols_p || i0 >= rows_p) return;
+  in += in_off + (size_t)b * stride_in;
+  out += out_off + (size_t)b * stride_out;
+  if (i0 + 8 <= rows && j0 + 8 <= cols && i0 + 8 <= rows_p && j0 + 8 <= cols_p) {
+    if (!trans) {
+      for (uint r = 0; r < 8; r++)
+        vstore8(vload8(0, in + (size_t)(i0 + r) * ld_in + j0), 0,
+                out + (size_t)(i0 + r) * ld_out + j0);
+    } else {
+      float t[64];
+      for (uint c = 0; c < 8; c++) vstore8(vload8(0, in + (size_t)(j0 + c) * ld_in + i0), c, t);
+      for (uint r = 0; r < 8; r++) {
+        __global float *o = out + (size_t)(i0 + r) * ld_out + j0;
+        for (uint c = 0; c < 8; c++) o[c] = t[c * 8 + r];
+      }
+    }
+    return;
+  }
+  const uint i1 = min(i0 + 8, rows_p), j1 = min(j0 + 8, cols_p);
+  for (uint i = i0; i < i1; i++)
+    for (uint j = j0; j < j1; j++)
+      out[(size_t)i * ld_out + j] = i >= rows || j >= cols ? 0.0f
+                                    : trans                ? in[(size_t)j * ld_in + i]
+                                                           : in[(size_t)i * ld_in + j];
+}
