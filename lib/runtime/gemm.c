@@ -3,9 +3,7 @@
 #include "internal.h"
 
 #include <clblast_c.h>
-#include <pthread.h>
 #include <stdio.h>
-#include <string.h>
 
 static relcl_status clblast_fail(CLBlastStatusCode code, const char *what, size_t m, size_t n,
                                  size_t k, size_t batch) {
@@ -167,204 +165,6 @@ static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size
                   beta, relcl_buf_at(c.mem, c.offset + whole * ldc), ldc, ev);
 }
 
-/* ---- the per-head products through CLBlast's indirect kernel (XgemmHeads) ----
- *
- * Attention's per-head products (Q K^T, alpha V and the four of the backward pass: 32 x 32 x 64
- * x 500 on issue 8's model) run in CLBlast's direct kernel below its switch to the indirect
- * one. On a CPU that kernel runs them at a third of the SGEMM rate: on the Zen 5 EPYC 42-45
- * GFLOP/s, where the indirect kernel with 16 x 16 tiles runs the same products at 112-121
- * when their operands come with the inner dimension first and in whole tiles, against 28-34
- * when CLBlast pads and transposes them itself. A tuning file's XgemmHeads is such a set: for
- * the per-head products relcl puts it and a switch of 1 (always indirect) in force in place of
- * the tuning's Xgemm set and switch, packs the operands itself (pack_blocks, kernels/util.cl),
- * and puts the tuning's sets back before any other product. CLBlast keeps its parameters per
- * device and process, and a change costs about 0.3 ms (it copies its whole database), so the
- * per-head set stays in force from one per-head product to the next, and one lock makes the
- * change and the call that reads it one step: a product never runs with another thread's set,
- * and the same inputs give the same bits. */
-static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* The devices whose Xgemm and switch are a per-head set now, with what it replaced. */
-static struct heads_in_force {
-  cl_device_id device;
-  relcl__gemm_set heads, main;
-  size_t min_indirect;
-} in_force[8];
-
-static size_t set_value(const relcl__gemm_set *set, const char *name) {
-  for (size_t i = 0; i < set->n; i++)
-    if (strcmp(set->names[i], name) == 0) return set->values[i];
-  return 0;
-}
-
-static relcl_status override_set(cl_device_id device, const relcl__gemm_set *set,
-                                 size_t min_indirect) {
-  const char *names[24];
-  for (size_t i = 0; i < set->n; i++) names[i] = set->names[i];
-  relcl_status st = relcl__gemm_override(device, "Xgemm", set->n, names, set->values);
-  const char *switch_name = "XGEMM_MIN_INDIRECT_SIZE";
-  if (st == RELCL_OK)
-    st = relcl__gemm_override(device, "GemmRoutine", 1, &switch_name, &min_indirect);
-  return st;
-}
-
-static struct heads_in_force *find_in_force(cl_device_id device) {
-  for (size_t i = 0; i < sizeof in_force / sizeof in_force[0]; i++)
-    if (in_force[i].device == device) return &in_force[i];
-  return NULL;
-}
-
-/* With clblast_lock held: the tuning's sets in force on ctx's device, or (heads) its
- * XgemmHeads. *used says whether the per-head set is in force after. */
-static relcl_status use_set(relcl_context *ctx, bool heads, bool *used) {
-  struct heads_in_force *e = find_in_force(ctx->device);
-  *used = false;
-  if (heads && e && memcmp(&e->heads, &ctx->gemm_heads, sizeof e->heads) == 0) {
-    *used = true;
-    return RELCL_OK;
-  }
-  if (e) { /* put back what the per-head set replaced */
-    relcl_status st = override_set(ctx->device, &e->main, e->min_indirect);
-    e->device = NULL;
-    if (st != RELCL_OK || !heads) return st;
-  }
-  if (!heads || (e = find_in_force(NULL)) == NULL) return RELCL_OK;
-  relcl_status st = override_set(ctx->device, &ctx->gemm_heads, 1);
-  if (st != RELCL_OK) { /* whatever CLBlast kept of it, the tuning's sets again */
-    (void)override_set(ctx->device, &ctx->gemm_main, ctx->gemm_min_indirect);
-    return st;
-  }
-  *e = (struct heads_in_force){ctx->device, ctx->gemm_heads, ctx->gemm_main,
-                               ctx->gemm_min_indirect};
-  *used = true;
-  return RELCL_OK;
-}
-
-void relcl__gemm_reset(cl_device_id device) {
-  pthread_mutex_lock(&clblast_lock);
-  struct heads_in_force *e = find_in_force(device);
-  if (e) {
-    (void)override_set(device, &e->main, e->min_indirect);
-    e->device = NULL;
-  }
-  pthread_mutex_unlock(&clblast_lock);
-}
-
-/* Whether a batched product goes through heads_product: a per-head set (and the tuning's own,
- * to put back) of CLBlast's GEMMK 0 kernel whose KWG is whole vectors (CLBlast rounds K up
- * to VWM after KWG), and beta 0 (C is written, never read, so it can be padded scratch). */
-static bool heads_apply(const relcl_context *ctx, float beta) {
-  const relcl__gemm_set *h = &ctx->gemm_heads;
-  size_t kwg = set_value(h, "KWG"), vwm = set_value(h, "VWM");
-  return h->n > 0 && ctx->gemm_main.n > 0 && ctx->gemm_min_indirect > 0 && beta == 0.0f &&
-         set_value(h, "GEMMK") == 0 && set_value(h, "MWG") > 0 && set_value(h, "NWG") > 0 &&
-         kwg > 0 && vwm > 0 && kwg % vwm == 0;
-}
-
-static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
-
-/* pack_blocks (kernels/util.cl): batch blocks of out (rows_p x cols_p, ld_out, stride_out)
- * from in's (rows x cols, or cols x rows read transposed), zero-padded. */
-static relcl_status pack(relcl_context *ctx, relcl_buf in, size_t ld_in, size_t stride_in,
-                         bool trans, size_t rows, size_t cols, relcl_buf out, size_t ld_out,
-                         size_t stride_out, size_t rows_p, size_t cols_p, size_t batch) {
-  relcl__kernel_entry *k;
-  relcl_status st = relcl__kernel(ctx, "util", "pack_blocks", &k);
-  if (st != RELCL_OK) return st;
-  relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  cl_uint v[9] = {(cl_uint)ld_in, (cl_uint)stride_in, 0,          (cl_uint)rows,
-                  (cl_uint)cols,  (cl_uint)ld_out,    (cl_uint)stride_out, (cl_uint)rows_p,
-                  (cl_uint)cols_p};
-  cl_int t = trans;
-  relcl__buf_arg(&a, in, NULL);
-  RELCL__ARG(&a, v[0]);
-  RELCL__ARG(&a, v[1]);
-  RELCL__ARG(&a, t);
-  RELCL__ARG(&a, v[3]);
-  RELCL__ARG(&a, v[4]);
-  relcl__buf_arg(&a, out, NULL);
-  RELCL__ARG(&a, v[5]);
-  RELCL__ARG(&a, v[6]);
-  RELCL__ARG(&a, v[7]);
-  RELCL__ARG(&a, v[8]);
-  if (a.err != CL_SUCCESS) return relcl__cl_fail(a.err, "clSetKernelArg(pack_blocks)");
-  size_t groups = (cols_p + 7) / 8;
-  size_t wg[3] = {relcl__pow2_wg(groups, k->max_wg < 16 ? k->max_wg : 16), 1, 1};
-  size_t global[3] = {(groups + wg[0] - 1) / wg[0] * wg[0], (rows_p + 7) / 8, batch};
-  cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, 3, NULL, global, wg, 0, NULL, NULL);
-  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(pack_blocks)");
-}
-
-/* Operand x of a per-head product as CLBlast reads it in place: each block kk x cc with the
- * inner dimension (k, rows here) first and ld cc, padded to kp x cp; x is that already
- * (k x c, ld c) or, with trans, its transpose (c x k). Where x already is exactly that, it
- * goes as it is (from a sub-buffer at its offset, at_zero); else into pool scratch *tmp. */
-static relcl_status inner_first(relcl_context *ctx, relcl_buf x, size_t ld, size_t stride,
-                                bool trans, size_t k, size_t c, size_t kp, size_t cp,
-                                size_t batch, operand *out, cl_mem *tmp) {
-  if (!trans && k == kp && c == cp && ld == c && stride == k * c) {
-    *out = at_zero(ctx, x, batch * k, c, c);
-    if (out->offset == 0) return RELCL_OK;
-    if (out->sub) clReleaseMemObject(out->sub);
-  }
-  relcl_status st = relcl__pool_get(ctx, batch * kp * cp * sizeof(float), tmp);
-  if (st != RELCL_OK) return st;
-  *out = (operand){*tmp, 0, NULL};
-  return pack(ctx, x, ld, stride, trans, k, c, relcl_buf_at(*tmp, 0), cp, kp * cp, kp, cp,
-              batch);
-}
-
-/* Row-major C = alpha op(A) op(B) per block, beta 0, with the per-head set in force: given
- * to CLBlast as column-major C^T = op(B)^T op(A)^T, whose indirect kernel (GEMMK 0) reads the
- * column-major first operand as it is (op(B) with k first: B, or B^T packed) and the second
- * transposed (op(A) with k first: A^T, or A packed), all sizes rounded up to its tiles (MWG
- * along n, NWG along m, KWG along k). C goes in place when it is exactly that, else into
- * scratch and its corner back out. */
-static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
-                                  size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
-                                  relcl_buf c, size_t ldc, size_t stride_c, size_t batch,
-                                  cl_event *ev) {
-  const relcl__gemm_set *h = &ctx->gemm_heads;
-  const size_t np = round_up(n, set_value(h, "MWG")), mp = round_up(m, set_value(h, "NWG")),
-               kp = round_up(k, set_value(h, "KWG"));
-  cl_mem ta = NULL, tb = NULL, tc = NULL;
-  operand A = {NULL, 0, NULL}, B = {NULL, 0, NULL}, C = {NULL, 0, NULL};
-  relcl_status st = inner_first(ctx, b, ldb, stride_b, trans_b, k, n, kp, np, batch, &B, &tb);
-  if (st == RELCL_OK)
-    st = inner_first(ctx, a, lda, stride_a, !trans_a, k, m, kp, mp, batch, &A, &ta);
-  bool c_in_place = m == mp && n == np && ldc == n && stride_c == m * n;
-  if (st == RELCL_OK && c_in_place) {
-    C = at_zero(ctx, c, batch * m, n, n);
-    c_in_place = C.offset == 0;
-  }
-  if (st == RELCL_OK && !c_in_place) {
-    st = relcl__pool_get(ctx, batch * mp * np * sizeof(float), &tc);
-    C = (operand){tc, 0, C.sub};
-  }
-  if (st == RELCL_OK) {
-    CLBlastStatusCode code = CLBlastSgemmStridedBatched(
-        CLBlastLayoutColMajor, CLBlastTransposeNo, CLBlastTransposeYes, np, mp, kp, alpha, B.mem,
-        0, np, kp * np, A.mem, 0, mp, kp * mp, 0.0f, C.mem, 0, np, mp * np, batch, &ctx->queue,
-        c_in_place ? ev : NULL);
-    if (code != CLBlastSuccess) st = clblast_fail(code, "SGEMM", m, n, k, batch);
-  }
-  if (st == RELCL_OK && !c_in_place) {
-    st = pack(ctx, relcl_buf_at(tc, 0), np, mp * np, false, m, n, c, ldc, stride_c, m, n,
-              batch);
-    if (st == RELCL_OK && ev && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, ev) != CL_SUCCESS)
-      *ev = NULL;
-  }
-  if (A.sub) clReleaseMemObject(A.sub);
-  if (B.sub) clReleaseMemObject(B.sub);
-  if (C.sub) clReleaseMemObject(C.sub);
-  /* the queue is in order: the product has read them before any later user writes */
-  relcl__pool_put(ctx, ta);
-  relcl__pool_put(ctx, tb);
-  relcl__pool_put(ctx, tc);
-  return st;
-}
-
 relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                             bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
                             size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
@@ -377,24 +177,18 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   /* CLBlast returns the event of its last kernel only, and its indirect GEMM runs up to four
    * (padding and transposing A, B and C around the product): a marker before the call lets
    * the profile time all of them. */
-  bool heads = batch > 1 && heads_apply(ctx, beta);
-  pthread_mutex_lock(&clblast_lock);
-  st = use_set(ctx, heads, &heads); /* host time, before the span */
   cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
   size_t chunk = ctx->gemm_k_chunk;
-  if (st != RELCL_OK) {
-  } else if (heads) {
-    st = heads_product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                       stride_b, c, ldc, stride_c, batch, evp);
-  } else if (batch == 1 && chunk > 0 && k > chunk + chunk / 2) {
+  if (batch == 1 && chunk > 0 && k > chunk + chunk / 2) {
     /* the tuning's RelclGemm K_CHUNK (tuning.c): slices of equal length, accumulated into C
      * one after the other, always in the same order. The length is a multiple of 128 for a
      * K_CHUNK of 512 or more (every slice then starts where a sub-buffer can, and fills
      * CLBlast's tiles of up to 128 along K), else of 8 (the tests' small K_CHUNK). */
     size_t pieces = (k + chunk - 1) / chunk, align = chunk >= 512 ? 128 : 8;
     size_t len = ((k + pieces - 1) / pieces + align - 1) / align * align;
+    st = RELCL_OK;
     for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
       size_t kk = k - k0 < len ? k - k0 : len;
       st = product(ctx, trans_a, trans_b, m, n, kk, alpha,
@@ -404,15 +198,13 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
     }
   } else if (batch == 1)
     st = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
-  else { /* the per-head products without XgemmHeads: CLBlast's direct kernel, which reads
-          * every layout in place */
+  else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
     CLBlastStatusCode code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
                                       transposed(trans_b), m, n, k, alpha, a.mem, a.offset,
                                       lda, stride_a, b.mem, b.offset, ldb, stride_b, beta,
                                       c.mem, c.offset, ldc, stride_c, batch, &ctx->queue, evp);
     st = code == CLBlastSuccess ? RELCL_OK : clblast_fail(code, "SGEMM", m, n, k, batch);
   }
-  pthread_mutex_unlock(&clblast_lock);
   if (st == RELCL_OK && ev) {
     char name[160];
     snprintf(name, sizeof name, "SGEMM%s%s %zux%zux%zu x%zu", trans_a ? " A^T" : "",

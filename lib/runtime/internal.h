@@ -41,13 +41,6 @@ void relcl__mem_note_scratch(relcl_context *ctx);
 
 enum { RELCL__MAX_PROGRAMS = 16, RELCL__MAX_KERNELS = 64 };
 
-/* One CLBlast kernel's parameters as a tuning file gives them (tuning.c, gemm.c). */
-typedef struct {
-  size_t n; /* 0: none */
-  char names[24][16];
-  size_t values[24];
-} relcl__gemm_set;
-
 struct relcl_context {
   cl_platform_id platform;
   cl_device_id device;
@@ -74,11 +67,6 @@ struct relcl_context {
   size_t gemm_min_indirect; /* the tuning's GemmRoutine XGEMM_MIN_INDIRECT_SIZE, or 0 */
   size_t gemm_col_tile, gemm_k_tile; /* the tuning's Xgemm MWG and KWG, or 0 (gemm.c) */
   bool gemm_kernel_1;                /* the tuning's Xgemm GEMMK is 1 (gemm.c) */
-  /* The tuning's Xgemm set, and its XgemmHeads: CLBlast's indirect kernel's parameters for the
-   * per-head products (gemm.c, heads_product), which a CPU runs several times faster in
-   * tiles of their own size than in the 2-D products' tiles or in CLBlast's direct kernel.
-   * heads.n is 0 without one. */
-  relcl__gemm_set gemm_main, gemm_heads;
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */
@@ -189,10 +177,6 @@ void relcl__pool_destroy(relcl__pool *pool);
  * precision. */
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,
                                   const char *const *names, const size_t *values);
-
-/* Where gemm.c has put a per-head set (XgemmHeads) in force on the device, the parameters it
- * replaced again (a context is about to apply its tuning). */
-void relcl__gemm_reset(cl_device_id device);
 
 /* Release every program CLBlast has built and cached, in every context (the parameters set
  * by relcl__gemm_override stay). */

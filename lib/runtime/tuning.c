@@ -18,10 +18,9 @@
  *    "platform": "<CL_PLATFORM_NAME>", "device_type": "CPU" | "GPU" | "ACCELERATOR" | "OTHER",
  *    "cpu": "<relcl_context_host_cpu(): for a CPU device, e.g. AuthenticAMD family 23 model 1>",
  *    "kernels": {"Xgemm": {"MWG": 64, ...}, "XgemmDirect": {...},
- *                "XgemmHeads": {"MWG": 16, ...}, "RelclGemm": {"K_CHUNK": 512}}, ...}
- * Every entry of "kernels" is a CLBlast kernel's parameters except two of relcl's own.
- * XgemmHeads is a set of CLBlast's Xgemm parameters for the per-head products only (gemm.c,
- * heads_product), which relcl puts in force around them. RelclGemm's K_CHUNK > 0 computes a product whose inner dimension is longer than 1.5 K_CHUNK as a
+ *                "RelclGemm": {"K_CHUNK": 512}}, ...}
+ * Every entry of "kernels" is a CLBlast kernel's parameters except RelclGemm, which is relcl's
+ * own: K_CHUNK > 0 computes a product whose inner dimension is longer than 1.5 K_CHUNK as a
  * sequence of products over consecutive slices of at most about K_CHUNK, accumulated into C
  * in order (gemm.c). On a CPU, CLBlast's kernels run a long inner dimension at half the rate
  * of a short one (a Zen 1 EPYC: 1048x256x8000 at 12 GFLOP/s in one call, 23 in slices of
@@ -146,24 +145,6 @@ static int apply(cl_device_id device, const cJSON *root, relcl_context *ctx, cha
       names[n] = p->string;
       values[n++] = (size_t)p->valuedouble;
     }
-    const bool heads = k->string && strcmp(k->string, "XgemmHeads") == 0;
-    if (heads || (k->string && strcmp(k->string, "Xgemm") == 0)) {
-      relcl__gemm_set *set = heads ? &ctx->gemm_heads : &ctx->gemm_main;
-      set->n = 0;
-      for (size_t i = 0; i < n && n <= 24; i++) {
-        if (strlen(names[i]) >= sizeof set->names[0]) break;
-        snprintf(set->names[i], sizeof set->names[i], "%s", names[i]);
-        set->values[i] = values[i];
-        set->n = i + 1;
-      }
-      if (set->n != n) set->n = 0;
-      if (heads) {
-        if (set->n > 0) applied++;
-        else if (why[0] == '\0')
-          snprintf(why, why_size, "kernel XgemmHeads: not a CLBlast Xgemm parameter set");
-        continue;
-      }
-    }
     if (k->string && n > 0 && relcl__gemm_override(device, k->string, n, names, values) ==
                                   RELCL_OK) {
       applied++;
@@ -218,7 +199,6 @@ void relcl__tuning_apply(relcl_context *ctx) {
   char *used = ctx->tuning;
   size_t used_size = sizeof ctx->tuning;
   ctx->tuning_fit = RELCL_TUNING_NONE;
-  relcl__gemm_reset(ctx->device); /* no per-head set of another context stays in force */
   const char *env = getenv("RELCL_TUNING");
   if (env && strcmp(env, "off") == 0) {
     snprintf(used, used_size, "none (CLBlast's defaults): RELCL_TUNING=off");
