@@ -739,6 +739,71 @@ static int check_products(relcl_context *ctx, char *err, size_t err_size) {
   return rc;
 }
 
+/* The per-head products as attention runs them (CLBlast's batched kernels, which the 2-D
+ * products above do not run): attention forward without relative terms over 2 x 3 heads of
+ * 37 queries and 29 keys (sizes off every tile), Z = softmax(Q K^T / sqrt(64)) V against the
+ * same in double. A wrong S = Q K^T or Z = alpha V product moves Z by O(0.1); float rounding
+ * by about 1e-6. 0, or 1 with the reason in err. */
+static int check_heads(relcl_context *ctx, char *err, size_t err_size) {
+  enum { HB = 2, HH = 3, HQ = 37, HK = 29, HD = 64 };
+  const size_t nq = (size_t)HB * HH * HQ * HD, nk = (size_t)HB * HH * HK * HD;
+  const size_t n[4] = {nq, nk, nk, nq}; /* Q, K, V, Z */
+  float *h[4] = {NULL};
+  cl_mem m[4] = {NULL};
+  relcl_status st = RELCL_OK;
+  unsigned long long seed = 2463534242ULL;
+  for (int i = 0; i < 4; i++)
+    if ((h[i] = malloc(n[i] * sizeof(float))) == NULL) st = RELCL_ERR_OUT_OF_MEMORY;
+  for (int i = 0; i < 4 && st == RELCL_OK; i++) st = relcl_alloc(ctx, n[i], &m[i]);
+  for (int i = 0; i < 3 && st == RELCL_OK; i++) {
+    for (size_t j = 0; j < n[i]; j++) h[i][j] = next_uniform(&seed);
+    st = relcl_write(ctx, relcl_buf_at(m[i], 0), h[i], n[i]);
+  }
+  relcl_attn_desc desc = relcl_attn_desc_cross(HB, HH, HQ, HK, HD);
+  if (st == RELCL_OK)
+    st = relcl_attn_forward(ctx, &desc, relcl_buf_at(m[0], 0), relcl_buf_at(m[1], 0),
+                            relcl_buf_at(m[2], 0), RELCL_BUF_NONE, RELCL_BUF_NONE,
+                            RELCL_BUF_NONE, relcl_buf_at(m[3], 0), RELCL_BUF_NONE);
+  if (st == RELCL_OK) st = relcl_read(ctx, relcl_buf_at(m[3], 0), h[3], n[3]);
+  int rc = 0;
+  if (st != RELCL_OK) {
+    snprintf(err, err_size, "the per-head product check: %s: %s", relcl_status_str(st),
+             relcl_last_error());
+    rc = 1;
+  }
+  double worst = 0.0;
+  for (int bh = 0; bh < HB * HH && rc == 0; bh++)
+    for (int i = 0; i < HQ; i++) {
+      const float *q = h[0] + ((size_t)bh * HQ + i) * HD;
+      double s[HK], top = -1e300, sum = 0.0;
+      for (int j = 0; j < HK; j++) {
+        const float *k = h[1] + ((size_t)bh * HK + j) * HD;
+        s[j] = 0.0;
+        for (int e = 0; e < HD; e++) s[j] += (double)q[e] * k[e];
+        s[j] /= sqrt((double)HD);
+        if (s[j] > top) top = s[j];
+      }
+      for (int j = 0; j < HK; j++) sum += (s[j] = exp(s[j] - top));
+      for (int e = 0; e < HD; e++) {
+        double z = 0.0;
+        for (int j = 0; j < HK; j++) z += s[j] / sum * h[2][((size_t)bh * HK + j) * HD + e];
+        keep_worst(&worst, fabs(z - h[3][((size_t)bh * HQ + i) * HD + e]));
+      }
+    }
+  if (rc == 0 && !(worst < 1e-4)) {
+    snprintf(err, err_size,
+             "computes wrong per-head products: attention over %dx%d blocks of %dx%dx%d is off "
+             "by %.3g from a sum in double",
+             HB, HH, HQ, HK, HD, worst);
+    rc = 1;
+  }
+  for (int i = 0; i < 4; i++) {
+    if (m[i]) clReleaseMemObject(m[i]);
+    free(h[i]);
+  }
+  return rc;
+}
+
 /* check_products with the tuning file `file` applied (a context of its own); must_apply:
  * also fail when relcl does not apply it (not readable, not for this device). */
 static int check_file(const char *spec, const char *file, bool must_apply, char *err,
@@ -754,6 +819,7 @@ static int check_file(const char *spec, const char *file, bool must_apply, char 
     rc = 1;
   } else {
     rc = check_products(ctx, err, err_size);
+    if (rc == 0) rc = check_heads(ctx, err, err_size);
   }
   if (ctx) relcl_context_destroy(ctx);
   return rc;
