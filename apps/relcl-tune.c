@@ -616,6 +616,28 @@ static float next_uniform(unsigned long long *s) { /* xorshift64, in [-1, 1] */
   return (float)((*s >> 40) % 2001) / 1000.0f - 1.0f;
 }
 
+/* count host arrays h[i] and device buffers m[i] of n[i] floats; the first `inputs` filled
+ * with next_uniform from *seed, on both sides. On failure some may be NULL: free_buffers. */
+static relcl_status random_buffers(relcl_context *ctx, const size_t *n, int count, int inputs,
+                                   unsigned long long *seed, float **h, cl_mem *m) {
+  relcl_status st = RELCL_OK;
+  for (int i = 0; i < count; i++)
+    if ((h[i] = malloc(n[i] * sizeof(float))) == NULL) st = RELCL_ERR_OUT_OF_MEMORY;
+  for (int i = 0; i < count && st == RELCL_OK; i++) st = relcl_alloc(ctx, n[i], &m[i]);
+  for (int i = 0; i < inputs && st == RELCL_OK; i++) {
+    for (size_t j = 0; j < n[i]; j++) h[i][j] = next_uniform(seed);
+    st = relcl_write(ctx, relcl_buf_at(m[i], 0), h[i], n[i]);
+  }
+  return st;
+}
+
+static void free_buffers(float **h, cl_mem *m, int count) {
+  for (int i = 0; i < count; i++) {
+    if (m[i]) clReleaseMemObject(m[i]);
+    free(h[i]);
+  }
+}
+
 /* |got - want| over sqrt(K) of entry (i, j) of C (m x n) = sum over K terms of
  * a[i * ai + k * ak] * b[j * bj + k * bk]; NaN when got is NaN. */
 static double entry_error(const float *got, int n, int K, const float *a, int ai, int ak,
@@ -687,14 +709,7 @@ static int check_products(relcl_context *ctx, char *err, size_t err_size) {
                          (size_t)rows * out, (size_t)rows * in, (size_t)out * in};
     float *h[6] = {NULL}; /* x, W, dy, y, dx, dW */
     cl_mem m[6] = {NULL};
-    relcl_status st = RELCL_OK;
-    for (int i = 0; i < 6; i++)
-      if ((h[i] = malloc(n[i] * sizeof(float))) == NULL) st = RELCL_ERR_OUT_OF_MEMORY;
-    for (int i = 0; i < 6 && st == RELCL_OK; i++) st = relcl_alloc(ctx, n[i], &m[i]);
-    for (int i = 0; i < 3 && st == RELCL_OK; i++) {
-      for (size_t j = 0; j < n[i]; j++) h[i][j] = next_uniform(&seed);
-      st = relcl_write(ctx, relcl_buf_at(m[i], 0), h[i], n[i]);
-    }
+    relcl_status st = random_buffers(ctx, n, 6, 3, &seed, h, m);
     if (st == RELCL_OK) st = relcl_fill(ctx, relcl_buf_at(m[5], 0), 0.0f, n[5]);
     if (st == RELCL_OK)
       st = relcl_linear_forward(ctx, rows, in, out, relcl_buf_at(m[0], 0),
@@ -731,10 +746,7 @@ static int check_products(relcl_context *ctx, char *err, size_t err_size) {
           rc = 1;
         }
     }
-    for (int i = 0; i < 6; i++) {
-      if (m[i]) clReleaseMemObject(m[i]);
-      free(h[i]);
-    }
+    free_buffers(h, m, 6);
   }
   return rc;
 }
@@ -750,15 +762,8 @@ static int check_heads(relcl_context *ctx, char *err, size_t err_size) {
   const size_t n[4] = {nq, nk, nk, nq}; /* Q, K, V, Z */
   float *h[4] = {NULL};
   cl_mem m[4] = {NULL};
-  relcl_status st = RELCL_OK;
   unsigned long long seed = 2463534242ULL;
-  for (int i = 0; i < 4; i++)
-    if ((h[i] = malloc(n[i] * sizeof(float))) == NULL) st = RELCL_ERR_OUT_OF_MEMORY;
-  for (int i = 0; i < 4 && st == RELCL_OK; i++) st = relcl_alloc(ctx, n[i], &m[i]);
-  for (int i = 0; i < 3 && st == RELCL_OK; i++) {
-    for (size_t j = 0; j < n[i]; j++) h[i][j] = next_uniform(&seed);
-    st = relcl_write(ctx, relcl_buf_at(m[i], 0), h[i], n[i]);
-  }
+  relcl_status st = random_buffers(ctx, n, 4, 3, &seed, h, m);
   relcl_attn_desc desc = relcl_attn_desc_cross(HB, HH, HQ, HK, HD);
   if (st == RELCL_OK)
     st = relcl_attn_forward(ctx, &desc, relcl_buf_at(m[0], 0), relcl_buf_at(m[1], 0),
@@ -797,10 +802,7 @@ static int check_heads(relcl_context *ctx, char *err, size_t err_size) {
              HB, HH, HQ, HK, HD, worst);
     rc = 1;
   }
-  for (int i = 0; i < 4; i++) {
-    if (m[i]) clReleaseMemObject(m[i]);
-    free(h[i]);
-  }
+  free_buffers(h, m, 4);
   return rc;
 }
 
