@@ -806,10 +806,13 @@ static int check_heads(relcl_context *ctx, char *err, size_t err_size) {
   return rc;
 }
 
-/* check_products with the tuning file `file` applied (a context of its own); must_apply:
- * also fail when relcl does not apply it (not readable, not for this device). */
-static int check_file(const char *spec, const char *file, bool must_apply, char *err,
-                      size_t err_size) {
+/* check_products, and with heads check_heads, with the tuning file `file` applied (a context
+ * of its own); must_apply: also fail when relcl does not apply it (not readable, not for this
+ * device). check_heads compiles CLBlast's batched kernels, about 9 s a set on the Zen 5 EPYC
+ * with a cold cache, so the step check's candidates skip it and the file to be written (and
+ * --check) runs it: a winner's timed step has compiled those kernels by then. */
+static int check_file(const char *spec, const char *file, bool must_apply, bool heads,
+                      char *err, size_t err_size) {
   relcl_context *ctx = NULL;
   relcl_status st = context_with(spec, file, &ctx);
   int rc;
@@ -821,18 +824,18 @@ static int check_file(const char *spec, const char *file, bool must_apply, char 
     rc = 1;
   } else {
     rc = check_products(ctx, err, err_size);
-    if (rc == 0) rc = check_heads(ctx, err, err_size);
+    if (rc == 0 && heads) rc = check_heads(ctx, err, err_size);
   }
   if (ctx) relcl_context_destroy(ctx);
   return rc;
 }
 
-/* check_file (must_apply false) in a child, this program's --check-candidate, that gets
- * `seconds`: PoCL compiles some parameter sets for many minutes (on the Zen 5 EPYC, an
+/* check_file (must_apply false) in a child, this program's --check-candidate (or with heads
+ * --check-final), that gets `seconds`: PoCL compiles some parameter sets for many minutes (on the Zen 5 EPYC, an
  * XgemmDirect set of 16 x 16 outputs a work-item for over ten), which would stall the whole
  * search in this process. 0, or nonzero with the reason in err. */
-static int check_file_bounded(const char *spec, const char *file, double seconds, char *err,
-                              size_t err_size) {
+static int check_file_bounded(const char *spec, const char *file, bool heads, double seconds,
+                              char *err, size_t err_size) {
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) {
@@ -840,7 +843,8 @@ static int check_file_bounded(const char *spec, const char *file, double seconds
     return 1;
   }
   self[len] = '\0';
-  const char *args[] = {self, "--device", spec, "--check-candidate", file, NULL};
+  const char *option = heads ? "--check-final" : "--check-candidate";
+  const char *args[] = {self, "--device", spec, option, file, NULL};
   char buf[1024];
   int status;
   bool killed;
@@ -857,7 +861,7 @@ static int check_file_bounded(const char *spec, const char *file, double seconds
   if (buf[0])
     snprintf(err, err_size, "%.400s", buf);
   else
-    snprintf(err, err_size, "%.300s --check-candidate failed (%s %d)", self,
+    snprintf(err, err_size, "%.300s %s failed (%s %d)", self, option,
              WIFEXITED(status) ? "exit status" : "killed by signal",
              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
   return 1;
@@ -1208,7 +1212,7 @@ static int step_check(candidate *c, int nc, const char *bench, const char *spec,
   double t0 = now();
   for (int i = 0; i < nc; i++) {
     char err[512];
-    if (check_file_bounded(spec, c[i].file, CHECK_SECONDS, err, sizeof err) == 0) {
+    if (check_file_bounded(spec, c[i].file, false, CHECK_SECONDS, err, sizeof err) == 0) {
       snprintf(c[i].products, sizeof c[i].products, "right");
     } else {
       snprintf(c[i].products, sizeof c[i].products, "%s", err);
@@ -1308,6 +1312,7 @@ int main(int argc, char **argv) {
       {"bench", required_argument, NULL, 'B'},
       {"check", required_argument, NULL, 'C'},
       {"check-candidate", required_argument, NULL, 'K'}, /* internal: check_file_bounded */
+      {"check-final", required_argument, NULL, 'F'},     /* internal: check_file_bounded */
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -1316,6 +1321,7 @@ int main(int argc, char **argv) {
   bool quick = false, if_needed = false;
   const char *step_arg = "full", *bench_arg = NULL, *check_arg = NULL;
   const char *candidate_arg = NULL;
+  bool candidate_heads = false;
   int c;
   opterr = 0; /* our own one-line messages */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -1340,7 +1346,7 @@ int main(int argc, char **argv) {
     if (c == 's') step_arg = optarg;
     if (c == 'B') bench_arg = optarg;
     if (c == 'C') check_arg = optarg;
-    if (c == 'K') candidate_arg = optarg;
+    if (c == 'K' || c == 'F') candidate_arg = optarg, candidate_heads = c == 'F';
   }
   if (optind < argc) {
     fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
@@ -1397,7 +1403,7 @@ int main(int argc, char **argv) {
   snprintf(spec, sizeof spec, "%d:%d", p, d);
   if (candidate_arg) { /* check_file_bounded's child: the reason alone on stderr */
     char err[512];
-    if (check_file(spec, candidate_arg, false, err, sizeof err) != 0) {
+    if (check_file(spec, candidate_arg, false, candidate_heads, err, sizeof err) != 0) {
       fprintf(stderr, "%s\n", err);
       return 1;
     }
@@ -1406,7 +1412,7 @@ int main(int argc, char **argv) {
   if (check_arg) {
     char err[512];
     bool must_apply = strcmp(check_arg, "off") != 0;
-    if (check_file(spec, check_arg, must_apply, err, sizeof err) != 0) {
+    if (check_file(spec, check_arg, must_apply, true, err, sizeof err) != 0) {
       fprintf(stderr, PROG ": --check %s on device %s: %s\n", check_arg, spec, err);
       return 1;
     }
@@ -1658,7 +1664,6 @@ int main(int argc, char **argv) {
     printf("  with relcl's fastest set:\n");
     choose_k_chunk(spec, tmp, root, &cpu_kernels, quick, "RelclGemm_cpu", measured);
   }
-  bool checked = false; /* the kernels going into the file: a step-check winner's, checked */
   if (cpu_kernels && !step && cpu_beat) {
     cJSON_AddItemToObject(root, "tuners_kernels", kernels);
     kernels = cJSON_Parse(cpu_kernels);
@@ -1699,7 +1704,6 @@ int main(int argc, char **argv) {
       win = step_check(cand, nc, bench, spec, !strcmp(step_arg, "quick"), quick ? 1 : 2,
                        left, sc);
     if (win >= 0) {
-      checked = true;
       printf("  fastest: %s\n", cand[win].name);
       cJSON_AddStringToObject(sc, "chosen", cand[win].name);
       if (win != 0) { /* keep the tuners' parameters beside the winner's, for reference */
@@ -1725,11 +1729,10 @@ int main(int argc, char **argv) {
   }
   /* the switch between the direct and indirect kernels, on relcl's own products, for the
    * parameters going into the file (none: CLBlast's defaults were fastest); a new switch
-   * moves products between the kernels, so the file is checked again before it is written */
+   * moves products between the kernels, and the file is checked before it is written */
   if (cJSON_GetObjectItemCaseSensitive(kernels, "Xgemm") &&
-      cJSON_GetObjectItemCaseSensitive(kernels, "XgemmDirect") &&
-      choose_switch(spec, tmp, root, &kernels, quick, measured))
-    checked = false;
+      cJSON_GetObjectItemCaseSensitive(kernels, "XgemmDirect"))
+    choose_switch(spec, tmp, root, &kernels, quick, measured);
   free(before_kernels);
   free(cpu_kernels);
   char note[512];
@@ -1746,10 +1749,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, PROG ": cannot write %s: %s\n", path, strerror(errno));
     return 1;
   }
-  /* the step check's candidates were checked one by one; without its winner, check what
-   * goes into the file (the tuners' or the CPU sweep's set) */
+  /* what goes into the file is checked whole: the step check's candidates had their 2-D
+   * products checked one by one, not the per-head products (check_file), and a file no step
+   * check chose (the tuners' or the CPU sweep's set, or a changed switch) not at all */
   char err[512];
-  if (!checked && check_file_bounded(spec, part, CHECK_SECONDS, err, sizeof err) != 0) {
+  if (check_file_bounded(spec, part, true, CHECK_SECONDS, err, sizeof err) != 0) {
     fprintf(stderr, PROG ": the chosen parameters %s: nothing written to %s\n", err, path);
     remove(part);
     return 1;

@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -195,6 +196,24 @@ def main():
               and "wrong products" in lines[0],
               f"--check on a set that computes wrong products: exit 1 ({r.returncode}), "
               f"one line: {r.stderr.strip()}")
+        # the per-head products (attention's batched products) are checked too: with the
+        # attention kernels' scale planted 1% off (RELCL_KERNEL_DIR), the file that passed
+        # fails, in one line
+        planted = os.path.join(tmp, "kernels-planted")
+        shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels"),
+                        planted)
+        att = os.path.join(planted, "attention.cl")
+        with open(att, encoding="utf-8") as f:
+            text = f.read()
+        check(text.count("    e *= scale;\n") == 1, "the planted scale has its line to replace")
+        with open(att, "w", encoding="utf-8") as f:
+            f.write(text.replace("    e *= scale;\n", "    e *= scale * 1.01f;\n"))
+        r = run([tune, "--check", out], env=dict(os.environ, RELCL_KERNEL_DIR=planted),
+                timeout=300)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1 and "wrong per-head products" in lines[0],
+              f"--check with attention's scale planted 1% off: exit 1 ({r.returncode}), one "
+              f"line: {r.stderr.strip()}")
         missing = os.path.join(tmp, "missing.json")
         r = run([tune, "--check", missing], timeout=300)
         lines = r.stderr.strip().splitlines()
