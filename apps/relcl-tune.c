@@ -78,7 +78,9 @@ static void usage(FILE *f) {
           "                 on a 1+1-layer model (quick), or not at all (off: the tuners' result)\n"
           "  --bench PATH   the relcl-bench to time steps with (default: next to relcl-tune)\n"
           "  --check FILE   only check that the tuning file FILE's parameters compute right\n"
-          "                 products on the device (every candidate is checked so): exit 0 or 1\n"
+          "                 products on the device, a linear layer's and attention's per-head\n"
+          "                 ones (as every file before it is written; each candidate's linear\n"
+          "                 layer before it is timed): exit 0 or 1\n"
           "Defaults: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n"
           "With --quick: --xgemm-shapes %s --direct-shapes %s --routine-shapes %s\n",
           default_xgemm, default_direct, default_routine, quick_xgemm, quick_direct,
