@@ -873,6 +873,14 @@ static int check_file_bounded(const char *spec, const char *file, bool heads, do
  * caller gave time_products. */
 typedef relcl_status (*product_pass)(relcl_context *ctx, const cl_mem *m, const int *arg);
 
+/* What a stage times: time_products' buffers, pass and its argument. */
+typedef struct {
+  const size_t *sizes;
+  int nbuf;
+  product_pass pass;
+  const int *arg;
+} product_set;
+
 /* Device milliseconds of the content GEMMs of `pass` under the tuning file `file` (a fresh
  * context applies it), on nbuf buffers of sizes[i] floats (at most 8, filled with small
  * constants): the best of `reps` passes after one in which CLBlast compiles. */
@@ -919,16 +927,26 @@ static relcl_status long_pass(relcl_context *ctx, const cl_mem *m, const int *ar
                               relcl_buf_at(m[6], 0), RELCL_BUF_NONE, relcl_buf_at(m[3], 0));
 }
 
+/* long_pass over `rows` tokens with a `wide` input, on sizes[7] and arg[2] it fills. */
+static product_set long_set(int rows, int wide, size_t *sizes, int *arg) {
+  const size_t n[7] = {(size_t)rows * LONG_D,   (size_t)LONG_FF * LONG_D,
+                       (size_t)rows * LONG_FF,  (size_t)rows * LONG_D,
+                       (size_t)LONG_FF * LONG_D, (size_t)(rows / 4) * wide,
+                       (size_t)LONG_D * wide};
+  memcpy(sizes, n, sizeof n);
+  arg[0] = rows, arg[1] = wide;
+  return (product_set){sizes, 7, long_pass, arg};
+}
+
 /* Device milliseconds of long_pass over `rows` tokens with a `wide` input, the best of
  * `reps`. */
 static int time_long_products(const char *spec, const char *file, int rows, int wide, int reps,
                               double *ms, char *err, size_t err_size) {
-  const size_t sizes[7] = {(size_t)rows * LONG_D,   (size_t)LONG_FF * LONG_D,
-                           (size_t)rows * LONG_FF,  (size_t)rows * LONG_D,
-                           (size_t)LONG_FF * LONG_D, (size_t)(rows / 4) * wide,
-                           (size_t)LONG_D * wide};
-  const int arg[2] = {rows, wide};
-  return time_products(spec, file, sizes, 7, long_pass, arg, reps, ms, err, err_size);
+  size_t sizes[7];
+  int arg[2];
+  const product_set set = long_set(rows, wide, sizes, arg);
+  return time_products(spec, file, set.sizes, set.nbuf, set.pass, set.arg, reps, ms, err,
+                       err_size);
 }
 
 /* Prints " V<suffix>: T ms" for each candidate value V, records the times under
@@ -947,6 +965,39 @@ static int report_times(cJSON *measured, const char *key, const int *values, con
   return win;
 }
 
+/* Times `set` with `kernels`' entry `name` set to entry(values[c]) (NULL: no entry) for each
+ * of the n values in turn, in interleaved rounds, each the best of two passes, from files
+ * DIR/PREFIX-VALUE.json (n at most 8); best[c] the fastest of candidate c. Prints why and
+ * returns false when a file cannot be written or a pass fails. */
+static bool time_values(const char *spec, const char *dir, const cJSON *head,
+                        const cJSON *kernels, const char *name, cJSON *(*entry)(int),
+                        const int *values, int n, const char *prefix, const product_set *set,
+                        int rounds, double *best) {
+  char files[8][4300], err[512];
+  for (int c = 0; c < n && c < 8; c++) {
+    char *text = kernels_with(kernels, name, entry(values[c]));
+    snprintf(files[c], sizeof files[c], "%s/%s-%d.json", dir, prefix, values[c]);
+    bool ok = text && write_candidate(files[c], head, text);
+    free(text);
+    if (!ok) {
+      printf(" cannot write %s: not measured\n", files[c]);
+      return false;
+    }
+    best[c] = 1e30;
+  }
+  for (int r = 0; r < rounds; r++)
+    for (int c = 0; c < n && c < 8; c++) {
+      double ms;
+      if (time_products(spec, files[c], set->sizes, set->nbuf, set->pass, set->arg, 2, &ms, err,
+                        sizeof err)) {
+        printf(" failed (%s): not measured\n", err);
+        return false;
+      }
+      if (ms < best[c]) best[c] = ms;
+    }
+  return true;
+}
+
 /* Choose RelclGemm K_CHUNK for `kernels` (JSON text of a "kernels" object) by timing the
  * long products with each chunk in turn, in interleaved rounds; adds the winner to *kernels
  * (0: no entry, every product in one call) and the times to measured[key]. Returns the
@@ -955,37 +1006,23 @@ static double choose_k_chunk(const char *spec, const char *dir, const cJSON *hea
                              char **kernels, bool quick, const char *key, cJSON *measured) {
   static const int chunks[] = {0, 256, 512, 1024};
   enum { NC = sizeof chunks / sizeof *chunks };
-  const int rows = long_rows(quick), wide = long_wide(quick), rounds = quick ? 1 : 2;
+  const int rows = long_rows(quick), wide = long_wide(quick);
+  size_t sizes[7];
+  int arg[2];
+  const product_set set = long_set(rows, wide, sizes, arg);
   double best[NC];
-  char files[NC][4300];
+  char prefix[100];
   printf("    relcl's products with a long inner dimension (1024x256x%d, %dx256x1024, "
          "%dx256x%d), by K_CHUNK:", rows, rows, rows / 4, wide);
   fflush(stdout);
   cJSON *parsed = cJSON_Parse(*kernels);
   if (parsed == NULL) return 0;
-  for (int c = 0; c < NC; c++) {
-    char *text = kernels_with(parsed, "RelclGemm", k_chunk_entry(chunks[c]));
-    snprintf(files[c], sizeof files[c], "%s/%s-k-chunk-%d.json", dir, key, chunks[c]);
-    bool ok = text && write_candidate(files[c], head, text);
-    free(text);
-    if (!ok) {
-      printf(" cannot write %s: not measured\n", files[c]);
-      cJSON_Delete(parsed);
-      return 0;
-    }
-    best[c] = 1e30;
+  snprintf(prefix, sizeof prefix, "%s-k-chunk", key);
+  if (!time_values(spec, dir, head, parsed, "RelclGemm", k_chunk_entry, chunks, NC, prefix,
+                   &set, quick ? 1 : 2, best)) {
+    cJSON_Delete(parsed);
+    return 0;
   }
-  char err[512];
-  for (int r = 0; r < rounds; r++)
-    for (int c = 0; c < NC; c++) {
-      double ms;
-      if (time_long_products(spec, files[c], rows, wide, 2, &ms, err, sizeof err)) {
-        printf(" failed (%s): not measured\n", err);
-        cJSON_Delete(parsed);
-        return 0;
-      }
-      if (ms < best[c]) best[c] = ms;
-    }
   const int win = report_times(measured, key, chunks, best, NC, "");
   printf("; K_CHUNK %d\n", chunks[win]);
   char *text = kernels_with(parsed, "RelclGemm", k_chunk_entry(chunks[win]));
@@ -1030,56 +1067,32 @@ static relcl_status middle_pass(relcl_context *ctx, const cl_mem *m, const int *
   return st;
 }
 
-/* Device milliseconds of middle_pass (x, W, y or dy, dx, dW: each of the largest size), the
- * best of `reps`. */
-static int time_middle_products(const char *spec, const char *file, int reps, double *ms,
-                                char *err, size_t err_size) {
-  const size_t sizes[5] = {MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX};
-  return time_products(spec, file, sizes, 5, middle_pass, NULL, reps, ms, err, err_size);
+static cJSON *switch_entry(int size) {
+  cJSON *g = cJSON_CreateObject();
+  cJSON_AddNumberToObject(g, "XGEMM_MIN_INDIRECT_SIZE", size);
+  return g;
 }
 
 /* Choose GemmRoutine XGEMM_MIN_INDIRECT_SIZE for *kernels (JSON) among switch_sizes by
- * timing the middle products with each in turn, in interleaved rounds; sets the winner in
- * *kernels and the times in measured["GemmSwitch"]. Returns whether the switch changed. */
-static bool choose_switch(const char *spec, const char *dir, const cJSON *head, cJSON **kernels,
+ * timing the middle products (x, W, y or dy, dx, dW: buffers of the largest size) with each
+ * in turn; sets the winner in *kernels and the times in measured["GemmSwitch"]. */
+static void choose_switch(const char *spec, const char *dir, const cJSON *head, cJSON **kernels,
                           bool quick, cJSON *measured) {
-  const int rounds = quick ? 1 : 2;
+  const size_t sizes[5] = {MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX, MIDDLE_MAX};
+  const product_set set = {sizes, 5, middle_pass, NULL};
   double best[N_SWITCH];
-  char files[N_SWITCH][4300], err[512];
   printf("  the switch to CLBlast's indirect kernel, on relcl's products from 1M to 34M "
          "multiply-adds:");
   fflush(stdout);
-  for (int c = 0; c < N_SWITCH; c++) {
-    cJSON *g = cJSON_CreateObject();
-    cJSON_AddNumberToObject(g, "XGEMM_MIN_INDIRECT_SIZE", switch_sizes[c]);
-    char *text = kernels_with(*kernels, "GemmRoutine", g);
-    snprintf(files[c], sizeof files[c], "%s/switch-%d.json", dir, switch_sizes[c]);
-    bool ok = text && write_candidate(files[c], head, text);
-    free(text);
-    if (!ok) {
-      printf(" cannot write %s: not measured\n", files[c]);
-      return false;
-    }
-    best[c] = 1e30;
-  }
-  for (int r = 0; r < rounds; r++)
-    for (int c = 0; c < N_SWITCH; c++) {
-      double ms;
-      if (time_middle_products(spec, files[c], 2, &ms, err, sizeof err)) {
-        printf(" failed (%s): not measured\n", err);
-        return false;
-      }
-      if (ms < best[c]) best[c] = ms;
-    }
+  if (!time_values(spec, dir, head, *kernels, "GemmRoutine", switch_entry, switch_sizes,
+                   N_SWITCH, "switch", &set, quick ? 1 : 2, best))
+    return;
   const int win = report_times(measured, "GemmSwitch", switch_sizes, best, N_SWITCH, "^3");
   const cJSON *old = cJSON_GetObjectItemCaseSensitive(
       cJSON_GetObjectItemCaseSensitive(*kernels, "GemmRoutine"), "XGEMM_MIN_INDIRECT_SIZE");
-  const bool changed = !cJSON_IsNumber(old) || old->valueint != switch_sizes[win];
-  printf("; %d%s\n", switch_sizes[win], changed ? "" : " (as before)");
-  cJSON *g = cJSON_CreateObject();
-  cJSON_AddNumberToObject(g, "XGEMM_MIN_INDIRECT_SIZE", switch_sizes[win]);
-  set_entry(*kernels, "GemmRoutine", g);
-  return changed;
+  const bool same = cJSON_IsNumber(old) && old->valueint == switch_sizes[win];
+  printf("; %d%s\n", switch_sizes[win], same ? " (as before)" : "");
+  set_entry(*kernels, "GemmRoutine", switch_entry(switch_sizes[win]));
 }
 
 /* ---- relcl's own search of the Xgemm family that wins on CPU devices ---- */
@@ -1322,8 +1335,8 @@ int main(int argc, char **argv) {
   const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
   bool quick = false, if_needed = false;
   const char *step_arg = "full", *bench_arg = NULL, *check_arg = NULL;
-  const char *candidate_arg = NULL;
-  bool candidate_heads = false;
+  const char *child_file = NULL;
+  bool child_heads = false;
   int c;
   opterr = 0; /* our own one-line messages */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -1348,7 +1361,7 @@ int main(int argc, char **argv) {
     if (c == 's') step_arg = optarg;
     if (c == 'B') bench_arg = optarg;
     if (c == 'C') check_arg = optarg;
-    if (c == 'K' || c == 'F') candidate_arg = optarg, candidate_heads = c == 'F';
+    if (c == 'K' || c == 'F') child_file = optarg, child_heads = c == 'F';
   }
   if (optind < argc) {
     fprintf(stderr, PROG ": unexpected argument '%s' (try --help)\n", argv[optind]);
@@ -1403,9 +1416,9 @@ int main(int argc, char **argv) {
   }
   char spec[32];
   snprintf(spec, sizeof spec, "%d:%d", p, d);
-  if (candidate_arg) { /* check_file_bounded's child: the reason alone on stderr */
+  if (child_file) { /* check_file_bounded's child: the reason alone on stderr */
     char err[512];
-    if (check_file(spec, candidate_arg, false, candidate_heads, err, sizeof err) != 0) {
+    if (check_file(spec, child_file, false, child_heads, err, sizeof err) != 0) {
       fprintf(stderr, "%s\n", err);
       return 1;
     }
