@@ -214,6 +214,35 @@ int main(void) {
   if (saved_rows[0]) setenv("RELCL_ROW_KERNELS", saved_rows, 1);
   else unsetenv("RELCL_ROW_KERNELS");
 
+  /* attention's per-head products: relcl's gemm_heads on a CPU, CLBlast's elsewhere,
+   * RELCL_HEAD_GEMM overriding, a bad value failing at creation (context.c) */
+  const char *old_heads = getenv("RELCL_HEAD_GEMM");
+  char saved_heads[64] = "";
+  if (old_heads) snprintf(saved_heads, sizeof saved_heads, "%s", old_heads);
+  unsetenv("RELCL_HEAD_GEMM");
+  ctx = NULL;
+  st = relcl_context_create(&ctx, "0:0");
+  tu_check(st == RELCL_OK && ctx->gemm_heads == ((row_dtype & CL_DEVICE_TYPE_CPU) != 0),
+           "per-head products by device type: %s", ctx && ctx->gemm_heads ? "relcl" : "clblast");
+  relcl_context_destroy(ctx);
+  static const char *const heads[] = {"relcl", "clblast"};
+  for (int i = 0; i < 2; i++) {
+    setenv("RELCL_HEAD_GEMM", heads[i], 1);
+    ctx = NULL;
+    st = relcl_context_create(&ctx, "0:0");
+    tu_check(st == RELCL_OK && ctx->gemm_heads == (i == 0), "RELCL_HEAD_GEMM=%s is honoured",
+             heads[i]);
+    relcl_context_destroy(ctx);
+  }
+  setenv("RELCL_HEAD_GEMM", "cublas", 1);
+  ctx = NULL;
+  st = relcl_context_create(&ctx, "0:0");
+  tu_check(st == RELCL_ERR_INVALID_ARG && ctx == NULL &&
+               strstr(relcl_last_error(), "RELCL_HEAD_GEMM=cublas"),
+           "RELCL_HEAD_GEMM=cublas fails naming the variable: %s", relcl_last_error());
+  if (saved_heads[0]) setenv("RELCL_HEAD_GEMM", saved_heads, 1);
+  else unsetenv("RELCL_HEAD_GEMM");
+
   /* CLBlast tuning files: off, another device's, a malformed one, this device's */
   char driver[256] = "";
   clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);

@@ -37,6 +37,7 @@ typedef enum {
   OP_ARGMAX,
   OP_ADAM,
   OP_TRANSPOSE, /* gemm.c's operand transpose (relcl__transpose, kernels/util.cl) */
+  OP_BATCHED,   /* gemm.c's batched products (attention's per-head ones) */
 } op_kind;
 
 /* a, b, c: the op's sizes (see each check_*); f: eps, p, or lr; flag: the op's variant. */
@@ -132,6 +133,20 @@ static const layer_case cases[] = {
     {OP_TRANSPOSE, "transpose 17x40 ld+5", 17, 40, 5, 0, 0},
     {OP_TRANSPOSE, "transpose 130x9", 130, 9, 0, 0, 0},
     {OP_TRANSPOSE, "transpose 256x136", 256, 136, 0, 0, 0},
+    /* batched products, 3 of them: a m, b n, c k; flag 1 = A transposed, 2 = B transposed,
+     * 4 = alpha -0.5 and beta 0.75 (else 1 and 0). relcl's gemm_heads on a CPU, CLBlast's
+     * elsewhere and in layers_group (RELCL_HEAD_GEMM); its tiles are 32 x 16, 32 deep. */
+    {OP_BATCHED, "batched 1x1x1", 1, 1, 1, 0, 0},
+    {OP_BATCHED, "batched 37x29x13", 37, 29, 13, 0, 0},
+    {OP_BATCHED, "batched B^T 37x29x13", 37, 29, 13, 0, 2},
+    {OP_BATCHED, "batched A^T 37x29x13", 37, 29, 13, 0, 1},
+    {OP_BATCHED, "batched A^T B^T 37x29x13 beta", 37, 29, 13, 0, 7},
+    {OP_BATCHED, "batched B^T 5x70x3 beta", 5, 70, 3, 0, 6},
+    {OP_BATCHED, "batched 33x17x35 beta", 33, 17, 35, 0, 4},
+    {OP_BATCHED, "batched B^T 32x32x64 (Q K^T)", 32, 32, 64, 0, 2},
+    {OP_BATCHED, "batched 32x64x32 (alpha V)", 32, 64, 32, 0, 0},
+    {OP_BATCHED, "batched A^T 32x64x32 (dV)", 32, 64, 32, 0, 1},
+    {OP_BATCHED, "batched A^T 70x33x65 beta", 70, 33, 65, 0, 5},
 };
 
 /* ---- helpers ---- */
@@ -509,6 +524,50 @@ static void check_transpose(relcl_context *ctx, const layer_case *c) {
   free(x), free(y0), free(y);
 }
 
+/* C_e = alpha op(A_e) op(B_e) + beta C_e for three entries e, against test/ref, with every
+ * layout freedom the wrapper has: operands at offsets, leading dimensions past their rows,
+ * entries apart by more than their size. Entries are sums of k products of values in
+ * [-1, 1): float's rounding error grows about as sqrt(k) 2^-24 of the terms' size (1e-7 of
+ * the output's scale here); an index or edge mistake is of the output's own size. With beta
+ * 0, C holds NaN first (BLAS: C is not read); the gaps hold a sentinel that must stay. */
+static void check_batched(relcl_context *ctx, const layer_case *c) {
+  const int ta = c->flag & 1, tb = (c->flag & 2) != 0, full = (c->flag & 4) != 0;
+  const size_t m = (size_t)c->a, n = (size_t)c->b, k = (size_t)c->c, batch = 3;
+  const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+  const size_t sa = (ta ? k : m) * lda + 7, sb = (tb ? n : k) * ldb + 5, sc = m * ldc + 3;
+  const size_t na = 5 + batch * sa, nb = 11 + batch * sb, nc = 2 + batch * sc;
+  const float alpha = full ? -0.5f : 1.0f, beta = full ? 0.75f : 0.0f, sentinel = -7.25f;
+  float *a = tu_alloc_host(na), *b = tu_alloc_host(nb), *c0 = tu_alloc_host(nc);
+  double *want = calloc(nc, sizeof *want);
+  tu_fill(a, na, 101), tu_fill(b, nb, 102), tu_fill(c0, nc, 103);
+  for (size_t i = 0; i < nc; i++) { /* the entries' C: random (beta != 0) or NaN */
+    const size_t o = i - 2, r = o % sc / ldc, col = o % sc % ldc;
+    const int inside = i >= 2 && o / sc < batch && r < m && col < n;
+    if (!inside) c0[i] = sentinel;
+    else if (!full) c0[i] = NAN;
+    want[i] = c0[i];
+  }
+  ref_gemm_batched(ta, tb, (int)m, (int)n, (int)k, alpha, a + 5, (int)lda, sa, b + 11, (int)ldb,
+                   sb, beta, want + 2, (int)ldc, sc, (int)batch);
+  float *got[2];
+  for (int run = 0; run < 2; run++) {
+    cl_mem A = tu_upload(ctx, a, na), B = tu_upload(ctx, b, nb), C = tu_upload(ctx, c0, nc);
+    TU_OK(relcl__gemm(ctx, ta, tb, m, n, k, alpha, relcl_buf_at(A, 5), lda, sa,
+                      relcl_buf_at(B, 11), ldb, sb, beta, relcl_buf_at(C, 2), ldc, sc, batch));
+    got[run] = tu_download(ctx, C, nc);
+    release(A), release(B), release(C);
+  }
+  size_t touched = 0;
+  for (size_t i = 0; i < nc; i++)
+    if (want[i] == sentinel) touched += got[0][i] != sentinel;
+  tu_check(tu_rel_err(got[0], want, nc, 1.0) < 1e-5, "%-28s vs reference: rel err %.2e",
+           c->name, tu_rel_err(got[0], want, nc, 1.0));
+  tu_check(touched == 0, "%-28s nothing else written (%zu entries)", c->name, touched);
+  tu_check(memcmp(got[0], got[1], nc * sizeof(float)) == 0, "%-28s the same bits twice",
+           c->name);
+  free(a), free(b), free(c0), free(want), free(got[0]), free(got[1]);
+}
+
 /* ---- fused ops of the model's graph ---- */
 
 static void check_fused(relcl_context *ctx, const layer_case *c) {
@@ -820,6 +879,7 @@ int main(int argc, char **argv) {
       case OP_ARGMAX: check_argmax(ctx, c); break;
       case OP_ADAM: check_adam(ctx, c); break;
       case OP_TRANSPOSE: check_transpose(ctx, c); break;
+      case OP_BATCHED: check_batched(ctx, c); break;
     }
   }
   if (!only) check_errors(ctx);

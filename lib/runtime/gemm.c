@@ -1,5 +1,6 @@
-/* The one place that calls CLBlast. relcl is row-major throughout; see product() for the
- * column-major call. */
+/* The one place that calls CLBlast, and the one door to every GEMM: relcl is row-major
+ * throughout; see product() for the column-major call. The batched per-head products go to
+ * relcl's own kernel on CPUs (heads_product). */
 #include "internal.h"
 
 #include <clblast_c.h>
@@ -165,6 +166,43 @@ static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size
                   beta, relcl_buf_at(c.mem, c.offset + whole * ldc), ldc, ev);
 }
 
+/* The batched products with relcl's gemm_heads (kernels/gemm.cl, its shape and tiles), on
+ * CPU contexts (ctx->gemm_heads). */
+static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                                  size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
+                                  float beta, relcl_buf c, size_t ldc, size_t stride_c,
+                                  size_t batch, cl_event *ev) {
+  enum { NW = 4, TM = 32, TN = 16 }; /* HEADS_NW, HEADS_TM, HEADS_TN */
+  relcl__kernel_entry *kern;
+  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_heads", &kern);
+  if (st != RELCL_OK) return st;
+  cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
+  cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc, sa = (cl_uint)stride_a,
+          sb = (cl_uint)stride_b, sc = (cl_uint)stride_c;
+  cl_int ta = trans_a, tb = trans_b;
+  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+  for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
+  RELCL__ARG(&args, alpha);
+  RELCL__ARG(&args, beta);
+  relcl__buf_arg(&args, a, NULL);
+  RELCL__ARG(&args, la);
+  RELCL__ARG(&args, sa);
+  RELCL__ARG(&args, ta);
+  relcl__buf_arg(&args, b, NULL);
+  RELCL__ARG(&args, lb);
+  RELCL__ARG(&args, sb);
+  RELCL__ARG(&args, tb);
+  relcl__buf_arg(&args, c, NULL);
+  RELCL__ARG(&args, lc);
+  RELCL__ARG(&args, sc);
+  if (args.err != CL_SUCCESS) return relcl__cl_fail(args.err, "clSetKernelArg(gemm_heads)");
+  size_t global[3] = {(n + TN - 1) / TN * NW, (m + TM - 1) / TM, batch}, local[3] = {NW, 1, 1};
+  cl_int err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 3, NULL, global, local, 0,
+                                      NULL, ev);
+  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_heads)");
+}
+
 relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                             bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
                             size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
@@ -198,6 +236,9 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
     }
   } else if (batch == 1)
     st = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
+  else if (ctx->gemm_heads)
+    st = heads_product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                       stride_b, beta, c, ldc, stride_c, batch, evp);
   else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
     CLBlastStatusCode code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
                                       transposed(trans_b), m, n, k, alpha, a.mem, a.offset,
@@ -207,7 +248,8 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   }
   if (st == RELCL_OK && ev) {
     char name[160];
-    snprintf(name, sizeof name, "SGEMM%s%s %zux%zux%zu x%zu", trans_a ? " A^T" : "",
+    snprintf(name, sizeof name, "%s%s%s %zux%zux%zu x%zu",
+             batch > 1 && ctx->gemm_heads ? "gemm_heads" : "SGEMM", trans_a ? " A^T" : "",
              trans_b ? " B^T" : "", m, n, k, batch);
     relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, k, batch}, start, ev);
   } else {

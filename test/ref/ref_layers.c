@@ -282,3 +282,23 @@ void ref_adam(size_t n, double lr, double beta1, double beta2, double eps, uint6
     param[i] -= lr * mhat / (sqrt(vhat) + eps);
   }
 }
+
+void ref_gemm_batched(int ta, int tb, int m, int n, int k, double alpha, const float *a,
+                      int lda, size_t stride_a, const float *b, int ldb, size_t stride_b,
+                      double beta, double *c, int ldc, size_t stride_c, int batch) {
+  for (int e = 0; e < batch; e++) {
+    const float *A = a + e * stride_a, *B = b + e * stride_b;
+    double *C = c + e * stride_c;
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) {
+        double sum = 0.0;
+        for (int p = 0; p < k; p++) {
+          double aip = ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+          double bpj = tb ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+          sum += aip * bpj;
+        }
+        double *cij = &C[(size_t)i * ldc + j];
+        *cij = alpha * sum + (beta != 0.0 ? beta * *cij : 0.0);
+      }
+  }
+}

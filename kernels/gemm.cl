@@ -1,0 +1,95 @@
+/* The per-head products of attention on CPU devices (lib/runtime/gemm.c decides), a batch of
+ * small row-major GEMMs C = alpha op(A) op(B) + beta C, C m x n, op(A) m x k, op(B) k x n:
+ * Q K^T (32 x 32 x 64 in the issue-8 model), alpha V and its transposes (32 x 64 x 32), 500
+ * at a time. CLBlast's direct kernel runs them at 30-40% of its SGEMM rate on PoCL (its
+ * indirect one needs parameters of its own for them, which CLBlast can only swap in by
+ * copying its database each call); this runs them 1.5 to 3 times faster (relcl-bench,
+ * RELCL_HEAD_GEMM, README "Speed"). On GPUs CLBlast's kernel stays.
+ *
+ * The shape is a CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM
+ * turns explicit vectors into SIMD registers. A work-group of HEADS_NW work-items computes a
+ * tile of HEADS_TM x HEADS_TN of one product; each work-item HEADS_WM rows of it, in
+ * HEADS_WM float16 accumulators (8 zmm on AVX-512, 16 ymm on AVX2). Each HEADS_TK slice of
+ * the sum is staged in local memory first, zero past the matrices' edges, so the inner loop
+ * has constant bounds (LLVM unrolls it; with a run-time bound it ran 25-40% slower):
+ *   As: op(A)'s rows i, as A is laid out (transposed: As[p][i]; not: As[i][p])
+ *   Bs: op(B) as Bs[p][j], a transposing copy when B is transposed (Q K^T).
+ * Each element of C is one sum in order p = 0 .. k-1 (mad), the same on every run.
+ * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). */
+#define HEADS_NW 4
+#define HEADS_WM 8
+#define HEADS_TM (HEADS_NW * HEADS_WM)
+#define HEADS_TN 16
+#define HEADS_TK 32
+
+/* dst (R x CC, row length CC) = the R x CC tile of src at its origin (ld), zero outside
+ * rows_in x cols_in; transposed: dst[r][c] = src[c][r]. Work-item w copies rows w, w + NW...
+ * R and CC are multiples of 16. */
+inline void heads_stage(__local float *dst, __global const float *src, uint ld, uint rows_in,
+                        uint cols_in, uint R, uint CC, int transposed, uint w) {
+  for (uint r = w; r < R; r += HEADS_NW)
+    for (uint c = 0; c < CC; c += 16) {
+      if (r >= rows_in || c >= cols_in)
+        vstore16((float16)(0.0f), 0, dst + r * CC + c);
+      else if (!transposed && c + 16 <= cols_in)
+        vstore16(vload16(0, src + r * ld + c), 0, dst + r * CC + c);
+      else
+        for (uint e = c; e < c + 16; e++)
+          dst[r * CC + e] = r < rows_in && e < cols_in
+                                ? src[transposed ? e * ld + r : r * ld + e]
+                                : 0.0f;
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
+    uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
+    uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
+    uint b_stride, int trans_b, __global float *C, uint c_off, uint ldc, uint c_stride) {
+  __local float As[HEADS_TM * HEADS_TK];
+  __local float Bs[HEADS_TK * HEADS_TN];
+  const uint w = get_local_id(0);
+  const uint j0 = get_group_id(0) * HEADS_TN, i0 = get_group_id(1) * HEADS_TM;
+  const ulong b = get_group_id(2);
+  A += a_off + b * a_stride;
+  B += b_off + b * b_stride;
+  C += c_off + b * c_stride;
+
+  float16 acc[HEADS_WM];
+  for (int r = 0; r < HEADS_WM; r++) acc[r] = (float16)(0.0f);
+  for (uint p0 = 0; p0 < k; p0 += HEADS_TK) {
+    const uint kk = min((uint)HEADS_TK, k - p0);
+    barrier(CLK_LOCAL_MEM_FENCE); /* the last slice's reads are done */
+    if (trans_a) /* A is k x m */
+      heads_stage(As, A + p0 * lda + i0, lda, kk, m - i0, HEADS_TK, HEADS_TM, 0, w);
+    else /* A is m x k */
+      heads_stage(As, A + i0 * lda + p0, lda, m - i0, kk, HEADS_TM, HEADS_TK, 0, w);
+    if (trans_b) /* B is n x k */
+      heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 1, w);
+    else /* B is k x n */
+      heads_stage(Bs, B + p0 * ldb + j0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 0, w);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int p = 0; p < HEADS_TK; p++) {
+      const float16 bv = vload16(0, Bs + p * HEADS_TN);
+      for (int r = 0; r < HEADS_WM; r++) {
+        const uint i = w * HEADS_WM + r;
+        const float a = trans_a ? As[p * HEADS_TM + i] : As[i * HEADS_TK + p];
+        acc[r] = mad((float16)(a), bv, acc[r]);
+      }
+    }
+  }
+
+  /* beta 0 does not read C (BLAS's rule: C may hold anything, NaN included) */
+  for (int r = 0; r < HEADS_WM; r++) {
+    const uint i = i0 + w * HEADS_WM + r;
+    if (i >= m) break;
+    __global float *c = C + i * ldc + j0;
+    const float16 v = alpha * acc[r];
+    if (j0 + 16 <= n) {
+      vstore16(beta != 0.0f ? v + beta * vload16(0, c) : v, 0, c);
+    } else {
+      float l[16];
+      vstore16(v, 0, l);
+      for (uint e = 0; e < n - j0; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+    }
+  }
+}
