@@ -753,8 +753,9 @@ static int check_products(relcl_context *ctx, char *err, size_t err_size) {
   return rc;
 }
 
-/* The per-head products as attention runs them (CLBlast's batched kernels, which the 2-D
- * products above do not run): attention forward without relative terms over 2 x 3 heads of
+/* The per-head products as attention runs them (CLBlast's batched kernels on a GPU, relcl's
+ * gemm_heads on a CPU since session 17, neither of which the 2-D products above run):
+ * attention forward without relative terms over 2 x 3 heads of
  * 37 queries and 29 keys (sizes off every tile), Z = softmax(Q K^T / sqrt(64)) V against the
  * same in double. A wrong S = Q K^T or Z = alpha V product moves Z by O(0.1); float rounding
  * by about 1e-6. 0, or 1 with the reason in err. */
@@ -810,8 +811,8 @@ static int check_heads(relcl_context *ctx, char *err, size_t err_size) {
 
 /* check_products, and with heads check_heads, with the tuning file `file` applied (a context
  * of its own); must_apply: also fail when relcl does not apply it (not readable, not for this
- * device). check_heads compiles CLBlast's batched kernels, about 9 s a set on the Zen 5 EPYC
- * with a cold cache, so the step check's candidates skip it and the file to be written (and
+ * device). check_heads compiles CLBlast's batched kernels where they run them (about 9 s a
+ * set on the Zen 5 EPYC with a cold cache, before session 17), so the step check's candidates skip it and the file to be written (and
  * --check) runs it: a winner's timed step has compiled those kernels by then. */
 static int check_file(const char *spec, const char *file, bool must_apply, bool heads,
                       char *err, size_t err_size) {
@@ -1276,8 +1277,10 @@ static bool same_entry(const cJSON *kernels, const char *name, const char *text)
 }
 
 /* The step check's second stage, on CPU devices: the direct kernel runs the step's small
- * products (the attention's per-head products, the label products of per-head tables,
- * decoding's), and its best set does not follow the Xgemm set's. The first stage times
+ * products (decoding's and those of short batches; until session 17 also the attention's
+ * per-head products and the label products of per-head tables, which relcl's gemm_heads now
+ * runs on a CPU, so the figures below are from before), and its best set does not follow
+ * the Xgemm set's. The first stage times
  * cpu_direct_set only with the sweep's Xgemm set: on the Zen 5 EPYC that candidate lost
  * (its Xgemm set was slower), though cpu_direct_set with the winner's Xgemm set ran the
  * issue-8 step 5 to 6% faster than the winner, training on the bundled data 21% faster

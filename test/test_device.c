@@ -102,6 +102,41 @@ static void tuning_fit_rule(void) {
            "fit: where relcl cannot tell the CPU model, name and driver decide");
 }
 
+/* A choice context.c makes per context (cpu_choice): ways[0] on a CPU device, ways[1]
+ * elsewhere, the variable `var` overriding, a bad value failing at creation naming it; `took`
+ * says whether a context took ways[0]. The variable is restored after. */
+static void check_cpu_choice(cl_device_type type, const char *var, const char *const ways[2],
+                             const char *bad, bool (*took)(const relcl_context *)) {
+  const char *old = getenv(var);
+  char saved[64] = "";
+  if (old) snprintf(saved, sizeof saved, "%s", old);
+  unsetenv(var);
+  relcl_context *ctx = NULL;
+  relcl_status st = relcl_context_create(&ctx, "0:0");
+  tu_check(st == RELCL_OK && took(ctx) == ((type & CL_DEVICE_TYPE_CPU) != 0),
+           "%s unset: by device type: %s", var, ctx && took(ctx) ? ways[0] : ways[1]);
+  relcl_context_destroy(ctx);
+  for (int i = 0; i < 2; i++) {
+    setenv(var, ways[i], 1);
+    ctx = NULL;
+    st = relcl_context_create(&ctx, "0:0");
+    tu_check(st == RELCL_OK && took(ctx) == (i == 0), "%s=%s is honoured", var, ways[i]);
+    relcl_context_destroy(ctx);
+  }
+  char named[128];
+  snprintf(named, sizeof named, "%s=%s", var, bad);
+  setenv(var, bad, 1);
+  ctx = NULL;
+  st = relcl_context_create(&ctx, "0:0");
+  tu_check(st == RELCL_ERR_INVALID_ARG && ctx == NULL && strstr(relcl_last_error(), named),
+           "%s fails naming the variable: %s", named, relcl_last_error());
+  if (saved[0]) setenv(var, saved, 1);
+  else unsetenv(var);
+}
+
+static bool took_item(const relcl_context *ctx) { return relcl__row_item(ctx); }
+static bool took_relcl_heads(const relcl_context *ctx) { return ctx->gemm_heads; }
+
 int main(void) {
   tuning_fit_rule();
   char host_cpu[64], proc_cpu[64];
@@ -183,65 +218,14 @@ int main(void) {
   }
   relcl_context_destroy(ctx);
 
-  /* The row kernels' shape (kernels/common.cl): a work-item per row on a CPU, a work-group
-   * elsewhere, RELCL_ROW_KERNELS overriding; a bad value fails at creation naming it. */
-  const char *old_rows = getenv("RELCL_ROW_KERNELS");
-  char saved_rows[64] = "";
-  if (old_rows) snprintf(saved_rows, sizeof saved_rows, "%s", old_rows);
-  unsetenv("RELCL_ROW_KERNELS");
-  cl_device_type row_dtype = 0;
-  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof row_dtype, &row_dtype, NULL);
-  ctx = NULL;
-  st = relcl_context_create(&ctx, "0:0");
-  tu_check(st == RELCL_OK && relcl__row_item(ctx) == ((row_dtype & CL_DEVICE_TYPE_CPU) != 0),
-           "row kernels by device type: %s", ctx && relcl__row_item(ctx) ? "item" : "group");
-  relcl_context_destroy(ctx);
-  static const char *const shapes[] = {"item", "group"};
-  for (int i = 0; i < 2; i++) {
-    setenv("RELCL_ROW_KERNELS", shapes[i], 1);
-    ctx = NULL;
-    st = relcl_context_create(&ctx, "0:0");
-    tu_check(st == RELCL_OK && relcl__row_item(ctx) == (i == 0), "RELCL_ROW_KERNELS=%s is honoured",
-             shapes[i]);
-    relcl_context_destroy(ctx);
-  }
-  setenv("RELCL_ROW_KERNELS", "items", 1);
-  ctx = NULL;
-  st = relcl_context_create(&ctx, "0:0");
-  tu_check(st == RELCL_ERR_INVALID_ARG && ctx == NULL &&
-               strstr(relcl_last_error(), "RELCL_ROW_KERNELS=items"),
-           "RELCL_ROW_KERNELS=items fails naming the variable: %s", relcl_last_error());
-  if (saved_rows[0]) setenv("RELCL_ROW_KERNELS", saved_rows, 1);
-  else unsetenv("RELCL_ROW_KERNELS");
-
-  /* attention's per-head products: relcl's gemm_heads on a CPU, CLBlast's elsewhere,
-   * RELCL_HEAD_GEMM overriding, a bad value failing at creation (context.c) */
-  const char *old_heads = getenv("RELCL_HEAD_GEMM");
-  char saved_heads[64] = "";
-  if (old_heads) snprintf(saved_heads, sizeof saved_heads, "%s", old_heads);
-  unsetenv("RELCL_HEAD_GEMM");
-  ctx = NULL;
-  st = relcl_context_create(&ctx, "0:0");
-  tu_check(st == RELCL_OK && ctx->gemm_heads == ((row_dtype & CL_DEVICE_TYPE_CPU) != 0),
-           "per-head products by device type: %s", ctx && ctx->gemm_heads ? "relcl" : "clblast");
-  relcl_context_destroy(ctx);
-  static const char *const heads[] = {"relcl", "clblast"};
-  for (int i = 0; i < 2; i++) {
-    setenv("RELCL_HEAD_GEMM", heads[i], 1);
-    ctx = NULL;
-    st = relcl_context_create(&ctx, "0:0");
-    tu_check(st == RELCL_OK && ctx->gemm_heads == (i == 0), "RELCL_HEAD_GEMM=%s is honoured",
-             heads[i]);
-    relcl_context_destroy(ctx);
-  }
-  setenv("RELCL_HEAD_GEMM", "cublas", 1);
-  ctx = NULL;
-  st = relcl_context_create(&ctx, "0:0");
-  tu_check(st == RELCL_ERR_INVALID_ARG && ctx == NULL &&
-               strstr(relcl_last_error(), "RELCL_HEAD_GEMM=cublas"),
-           "RELCL_HEAD_GEMM=cublas fails naming the variable: %s", relcl_last_error());
-  if (saved_heads[0]) setenv("RELCL_HEAD_GEMM", saved_heads, 1);
-  else unsetenv("RELCL_HEAD_GEMM");
+  /* The row kernels' shape (kernels/common.cl) and who computes attention's per-head
+   * products (gemm.c) */
+  cl_device_type dtype = 0;
+  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
+  check_cpu_choice(dtype, "RELCL_ROW_KERNELS", (const char *const[2]){"item", "group"}, "items",
+                   took_item);
+  check_cpu_choice(dtype, "RELCL_HEAD_GEMM", (const char *const[2]){"relcl", "clblast"},
+                   "cublas", took_relcl_heads);
 
   /* CLBlast tuning files: off, another device's, a malformed one, this device's */
   char driver[256] = "";
@@ -296,7 +280,6 @@ int main(void) {
 
   /* another device of this platform and type: borrowed, and said so with the fix */
   char tpname[256] = "";
-  cl_device_type dtype = 0;
   clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof tpname - 1, tpname, NULL);
   clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
   const char *tname = dtype & CL_DEVICE_TYPE_GPU ? "GPU"

@@ -152,50 +152,35 @@ static relcl_status lookup(const char *spec, cl_platform_id *platform, cl_device
   return RELCL_OK;
 }
 
-/* The shape of the row kernels (kernels/common.cl): a work-item per row on a CPU, whose
- * OpenCL driver runs a work-group as loops cut at every barrier (PoCL), a work-group per row
- * elsewhere. RELCL_ROW_KERNELS=item|group overrides, so the tests run both on one device. */
-static relcl_status choose_row_shape(relcl_context *ctx) {
-  const char *env = getenv("RELCL_ROW_KERNELS");
+/* A choice between two ways of running something, `cpu` (*out true) on a CPU device and
+ * `other` elsewhere, or what the environment variable `var` says, so that the tests run both
+ * on one device; a bad value fails at creation naming it. A device of unknown type gets
+ * `other`, which is right everywhere and only slower on a CPU. Two such choices:
+ *  - the shape of the row kernels (kernels/common.cl), RELCL_ROW_KERNELS=item|group: a
+ *    work-item per row on a CPU, whose OpenCL driver runs a work-group as loops cut at every
+ *    barrier (PoCL), a work-group per row elsewhere;
+ *  - who computes the batched per-head products (gemm.c), RELCL_HEAD_GEMM=relcl|clblast:
+ *    relcl's gemm_heads on a CPU, where it runs them 1.5 to 3 times faster than CLBlast's
+ *    direct kernel (kernels/gemm.cl), CLBlast elsewhere. */
+static relcl_status cpu_choice(const relcl_context *ctx, const char *var, const char *cpu,
+                               const char *other, bool *out) {
+  const char *env = getenv(var);
   if (env && env[0]) {
-    if (strcmp(env, "item") != 0 && strcmp(env, "group") != 0)
+    if (strcmp(env, cpu) != 0 && strcmp(env, other) != 0)
       return relcl__fail(RELCL_ERR_INVALID_ARG,
-                         "RELCL_ROW_KERNELS=%s: expected item or group (unset: item on a CPU, "
-                         "group on other devices)",
-                         env);
-    ctx->row_item = strcmp(env, "item") == 0;
-    return RELCL_OK;
-  }
-  cl_device_type type = 0;
-  if (clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS)
-    type = 0; /* unknown: the group shape, which is right everywhere, only slow on CPUs */
-  ctx->row_item = (type & CL_DEVICE_TYPE_CPU) != 0;
-  return RELCL_OK;
-}
-
-bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
-
-/* Who computes the batched per-head products (gemm.c): relcl's gemm_heads kernel on a CPU,
- * where it runs them 1.5 to 3 times faster than CLBlast's direct kernel (kernels/gemm.cl),
- * CLBlast elsewhere. RELCL_HEAD_GEMM=relcl|clblast overrides, for the tests and for
- * relcl-bench's side-by-side measure. */
-static relcl_status choose_head_gemm(relcl_context *ctx) {
-  const char *env = getenv("RELCL_HEAD_GEMM");
-  if (env && env[0]) {
-    if (strcmp(env, "relcl") != 0 && strcmp(env, "clblast") != 0)
-      return relcl__fail(RELCL_ERR_INVALID_ARG,
-                         "RELCL_HEAD_GEMM=%s: expected relcl or clblast (unset: relcl on a CPU, "
-                         "clblast on other devices)",
-                         env);
-    ctx->gemm_heads = strcmp(env, "relcl") == 0;
+                         "%s=%s: expected %s or %s (unset: %s on a CPU, %s on other devices)",
+                         var, env, cpu, other, cpu, other);
+    *out = strcmp(env, cpu) == 0;
     return RELCL_OK;
   }
   cl_device_type type = 0;
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS)
     type = 0;
-  ctx->gemm_heads = (type & CL_DEVICE_TYPE_CPU) != 0;
+  *out = (type & CL_DEVICE_TYPE_CPU) != 0;
   return RELCL_OK;
 }
+
+bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
 
 /* What every context needs once its device, cl_context and queue are known: the device's
  * name and limits, the row kernels' shape, every kernel program (from the binary cache or
@@ -216,8 +201,8 @@ static relcl_status setup(relcl_context *ctx) {
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
                       &align_bits, NULL) == CL_SUCCESS)
     ctx->sub_align = align_bits / 8;
-  relcl_status st = choose_row_shape(ctx);
-  if (st == RELCL_OK) st = choose_head_gemm(ctx);
+  relcl_status st = cpu_choice(ctx, "RELCL_ROW_KERNELS", "item", "group", &ctx->row_item);
+  if (st == RELCL_OK) st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
     st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, ctx->row_item, true,
