@@ -812,8 +812,9 @@ static int check_heads(relcl_context *ctx, char *err, size_t err_size) {
 /* check_products, and with heads check_heads, with the tuning file `file` applied (a context
  * of its own); must_apply: also fail when relcl does not apply it (not readable, not for this
  * device). check_heads compiles CLBlast's batched kernels where they run them (about 9 s a
- * set on the Zen 5 EPYC with a cold cache, before session 17), so the step check's candidates skip it and the file to be written (and
- * --check) runs it: a winner's timed step has compiled those kernels by then. */
+ * set on the Zen 5 EPYC with a cold cache, before session 17), so the step check's
+ * candidates skip it and the file to be written (and --check) runs it: a winner's timed step
+ * has compiled those kernels by then. */
 static int check_file(const char *spec, const char *file, bool must_apply, bool heads,
                       char *err, size_t err_size) {
   relcl_context *ctx = NULL;
@@ -834,9 +835,9 @@ static int check_file(const char *spec, const char *file, bool must_apply, bool 
 }
 
 /* check_file (must_apply false) in a child, this program's --check-candidate (or with heads
- * --check-final), that gets `seconds`: PoCL compiles some parameter sets for many minutes (on the Zen 5 EPYC, an
- * XgemmDirect set of 16 x 16 outputs a work-item for over ten), which would stall the whole
- * search in this process. 0, or nonzero with the reason in err. */
+ * --check-final), that gets `seconds`: PoCL compiles some parameter sets for many minutes
+ * (on the Zen 5 EPYC, an XgemmDirect set of 16 x 16 outputs a work-item for over ten),
+ * which would stall the whole search in this process. 0, or nonzero with the reason in err. */
 static int check_file_bounded(const char *spec, const char *file, bool heads, double seconds,
                               char *err, size_t err_size) {
   char self[4096];
@@ -1280,13 +1281,12 @@ static bool same_entry(const cJSON *kernels, const char *name, const char *text)
  * products (decoding's and those of short batches; until session 17 also the attention's
  * per-head products and the label products of per-head tables, which relcl's gemm_heads now
  * runs on a CPU, so the figures below are from before), and its best set does not follow
- * the Xgemm set's. The first stage times
- * cpu_direct_set only with the sweep's Xgemm set: on the Zen 5 EPYC that candidate lost
- * (its Xgemm set was slower), though cpu_direct_set with the winner's Xgemm set ran the
- * issue-8 step 5 to 6% faster than the winner, training on the bundled data 21% faster
- * (1929 target tokens/s against 1595). So the winner is timed again beside itself with
- * cpu_direct_set; *kernels becomes that when it is faster (then true). Recorded in
- * sc["direct_check"]. */
+ * the Xgemm set's. The first stage times cpu_direct_set only with the sweep's Xgemm set: on
+ * the Zen 5 EPYC that candidate lost (its Xgemm set was slower), though cpu_direct_set with
+ * the winner's Xgemm set ran the issue-8 step 5 to 6% faster than the winner, training on
+ * the bundled data 21% faster (1929 target tokens/s against 1595). So the winner is timed
+ * again beside itself with cpu_direct_set; *kernels becomes that when it is faster (then
+ * true). Recorded in sc["direct_check"]. */
 static bool direct_check(const candidate *winner, cJSON **kernels, const cJSON *head,
                          const char *dir, const char *bench, const char *spec, bool quick,
                          int rounds, double seconds, cJSON *sc) {

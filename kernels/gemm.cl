@@ -15,11 +15,12 @@
  *   As: op(A)'s rows i, as A is laid out (transposed: As[p][i]; not: As[i][p])
  *   Bs: op(B) as Bs[p][j], a transposing copy when B is transposed (Q K^T).
  * Each element of C is one sum in order p = 0 .. k-1 (mad), the same on every run.
- * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). */
-#define HEADS_NW 4
-#define HEADS_WM 8
+ * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). NW, WM and TN are
+ * flags.h's RELCL_HEADS_*, which gemm.c sizes the grid from. */
+#define HEADS_NW RELCL_HEADS_NW
+#define HEADS_WM RELCL_HEADS_WM
 #define HEADS_TM (HEADS_NW * HEADS_WM)
-#define HEADS_TN 16
+#define HEADS_TN RELCL_HEADS_TN
 #define HEADS_TK 32
 
 /* dst (R x CC, row length CC) = the R x CC tile of src at its origin (ld), zero outside

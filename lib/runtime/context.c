@@ -202,7 +202,8 @@ static relcl_status setup(relcl_context *ctx) {
                       &align_bits, NULL) == CL_SUCCESS)
     ctx->sub_align = align_bits / 8;
   relcl_status st = cpu_choice(ctx, "RELCL_ROW_KERNELS", "item", "group", &ctx->row_item);
-  if (st == RELCL_OK) st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
+  if (st == RELCL_OK)
+    st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
     st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, ctx->row_item, true,

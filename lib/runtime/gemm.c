@@ -1,6 +1,7 @@
 /* The one place that calls CLBlast, and the one door to every GEMM: relcl is row-major
  * throughout; see product() for the column-major call. The batched per-head products go to
  * relcl's own kernel on CPUs (heads_product). */
+#include "flags.h" /* RELCL_HEADS_*: gemm_heads' tiles, shared with kernels/gemm.cl */
 #include "internal.h"
 
 #include <clblast_c.h>
@@ -173,7 +174,7 @@ static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b
                                   size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                   float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                   size_t batch, cl_event *ev) {
-  enum { NW = 4, TM = 32, TN = 16 }; /* HEADS_NW, HEADS_TM, HEADS_TN */
+  const size_t NW = RELCL_HEADS_NW, TM = RELCL_HEADS_NW * RELCL_HEADS_WM, TN = RELCL_HEADS_TN;
   relcl__kernel_entry *kern;
   relcl_status st = relcl__kernel(ctx, "gemm", "gemm_heads", &kern);
   if (st != RELCL_OK) return st;
@@ -216,6 +217,7 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
    * (padding and transposing A, B and C around the product): a marker before the call lets
    * the profile time all of them. */
   cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
+  const char *kind = "SGEMM"; /* the profile's name of what ran */
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
   size_t chunk = ctx->gemm_k_chunk;
@@ -236,10 +238,11 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
     }
   } else if (batch == 1)
     st = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
-  else if (ctx->gemm_heads)
+  else if (ctx->gemm_heads) {
+    kind = "gemm_heads";
     st = heads_product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
                        stride_b, beta, c, ldc, stride_c, batch, evp);
-  else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
+  } else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
     CLBlastStatusCode code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
                                       transposed(trans_b), m, n, k, alpha, a.mem, a.offset,
                                       lda, stride_a, b.mem, b.offset, ldb, stride_b, beta,
@@ -248,8 +251,7 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   }
   if (st == RELCL_OK && ev) {
     char name[160];
-    snprintf(name, sizeof name, "%s%s%s %zux%zux%zu x%zu",
-             batch > 1 && ctx->gemm_heads ? "gemm_heads" : "SGEMM", trans_a ? " A^T" : "",
+    snprintf(name, sizeof name, "%s%s%s %zux%zux%zu x%zu", kind, trans_a ? " A^T" : "",
              trans_b ? " B^T" : "", m, n, k, batch);
     relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, k, batch}, start, ev);
   } else {
