@@ -36,11 +36,60 @@
 #define HEADS_PREFETCH 0
 #endif
 
+/* Shuffles of two float16 by constant indices (0-15 the first, 16-31 the second): clang's
+ * builtin where the compiler is clang, OpenCL's shuffle2 elsewhere (PoCL lowers shuffle2
+ * element by element: the 16 x 16 transpose below gained nothing with it). */
+#if defined(__clang__)
+#define HEADS_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define HEADS_SHUFFLE(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
+#endif
+
+/* One step of a 16 x 16 transpose in v[16]: in every pair of rows (r, r + S), r's bit S clear,
+ * the entries in columns with bit S set in row r swap with those with it clear in row r + S.
+ * After the steps for S = 8, 4, 2 and 1, (r, c) has gone to (c, r). */
+#define HEADS_TRANSPOSE_STEP(S, LO, HI)                                                     \
+  _Pragma("unroll") for (int q = 0; q < 8; q++) {                                           \
+    const int r = q / S * 2 * S + q % S;                                                    \
+    const float16 x = v[r], y = v[r + S];                                                   \
+    v[r] = HEADS_SHUFFLE(x, y, LO);                                                         \
+    v[r + S] = HEADS_SHUFFLE(x, y, HI);                                                     \
+  }
+#define HEADS_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HEADS_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define HEADS_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define HEADS_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define HEADS_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define HEADS_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define HEADS_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define HEADS_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+
+/* dst (row length dst_ld) = the transpose of the 16 x 16 block at src (ld), in registers:
+ * 16 row loads, 64 shuffles and 16 row stores instead of 256 scattered reads (for Q K^T, 30%
+ * faster in a harness on Zen 5). */
+inline void heads_transpose16(__local float *dst, uint dst_ld, __global const float *src,
+                              uint ld) {
+  float16 v[16];
+  _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] = vload16(0, src + r * ld);
+  HEADS_TRANSPOSE_STEP(8, HEADS_LO8, HEADS_HI8)
+  HEADS_TRANSPOSE_STEP(4, HEADS_LO4, HEADS_HI4)
+  HEADS_TRANSPOSE_STEP(2, HEADS_LO2, HEADS_HI2)
+  HEADS_TRANSPOSE_STEP(1, HEADS_LO1, HEADS_HI1)
+  _Pragma("unroll") for (int r = 0; r < 16; r++) vstore16(v[r], 0, dst + r * dst_ld);
+}
+
 /* dst (R x CC, row length CC) = the R x CC tile of src at its origin (ld), zero outside
  * rows_in x cols_in; transposed: dst[r][c] = src[c][r]. Work-item w copies rows w, w + NW...
  * R and CC are multiples of 16. */
 inline void heads_stage(__local float *dst, __global const float *src, uint ld, uint rows_in,
                         uint cols_in, uint R, uint CC, int transposed, uint w) {
+  if (transposed && rows_in >= R && cols_in >= CC) { /* whole: in 16 x 16 blocks */
+    for (uint q = w; q < R / 16 * (CC / 16); q += HEADS_NW) {
+      const uint r = q % (R / 16) * 16, c = q / (R / 16) * 16;
+      heads_transpose16(dst + r * CC + c, CC, src + c * ld + r, ld);
+    }
+    return;
+  }
   for (uint r = w; r < R; r += HEADS_NW)
     for (uint c = 0; c < CC; c += 16) {
       if (r >= rows_in || c >= cols_in)
