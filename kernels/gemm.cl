@@ -22,18 +22,28 @@
  * compute (PoCL hands a thread consecutive work-groups). On PoCL (Zen 5, operands that change
  * every call) that ran Q K^T 25% and alpha V 50% faster. OpenCL's prefetch() does nothing on
  * PoCL; clang's __builtin_prefetch does, where the compiler is clang and the target a CPU;
- * elsewhere HEADS_PREFETCH is 0 and the kernel asks for nothing.
+ * elsewhere HEADS_PREFETCH is 0 and the kernel asks for nothing. With beta 0, C is written
+ * around the caches (non-temporal stores, x86 only: HEADS_STREAM), so writing it does not
+ * first read each line from memory: in relcl-bench's issue-8 run that ran the products 10-30%
+ * faster and the kernels that read C next (attention rows, head merge) no slower.
+ *
  * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). NW, WM and TN are
  * flags.h's RELCL_HEADS_*, which gemm.c sizes the grid from. */
 #define HEADS_NW RELCL_HEADS_NW
 #define HEADS_WM RELCL_HEADS_WM
 #define HEADS_TM (HEADS_NW * HEADS_WM)
 #define HEADS_TN RELCL_HEADS_TN
+#define HEADS_TN_WIDE RELCL_HEADS_TN_WIDE
 #define HEADS_TK 32
 #if defined(__clang__) && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__))
 #define HEADS_PREFETCH 1
 #else
 #define HEADS_PREFETCH 0
+#endif
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define HEADS_STREAM 1
+#else
+#define HEADS_STREAM 0
 #endif
 
 /* Shuffles of two float16 by constant indices (0-15 the first, 16-31 the second): clang's
@@ -113,28 +123,30 @@ inline void heads_prefetch(__global const float *src, uint ld, uint rows, uint c
 #endif
 }
 
-__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
-    uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
-    uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
-    uint b_stride, int trans_b, __global float *C, uint c_off, uint ldc, uint c_stride) {
-  __local float As[HEADS_TM * HEADS_TK];
-  __local float Bs[HEADS_TK * HEADS_TN];
+/* One work-group's tile of C, TN (16 or 32) columns wide: a constant once inlined, so the
+ * loops over it unroll and acc holds only what that width needs. */
+inline void heads_product(const uint TN, __local float *As, __local float *Bs, uint m, uint n,
+                          uint k, float alpha, float beta, __global const float *A, uint a_off,
+                          uint lda, uint a_stride, int trans_a, __global const float *B,
+                          uint b_off, uint ldb, uint b_stride, int trans_b, __global float *C,
+                          uint c_off, uint ldc, uint c_stride) {
   const uint w = get_local_id(0);
-  const uint j0 = get_group_id(0) * HEADS_TN, i0 = get_group_id(1) * HEADS_TM;
+  const uint j0 = get_group_id(0) * TN, i0 = get_group_id(1) * HEADS_TM;
   const ulong b = get_group_id(2);
   A += a_off + b * a_stride;
   B += b_off + b * b_stride;
   C += c_off + b * c_stride;
 
   if (HEADS_PREFETCH && b + 1 < get_num_groups(2)) {
-    const uint tm = min((uint)HEADS_TM, m - i0), tn = min((uint)HEADS_TN, n - j0);
+    const uint tm = min((uint)HEADS_TM, m - i0), tn = min(TN, n - j0);
     if (trans_a) heads_prefetch(A + a_stride + i0, lda, k, tm, w);
     else heads_prefetch(A + a_stride + i0 * lda, lda, tm, k, w);
     if (trans_b) heads_prefetch(B + b_stride + j0 * ldb, ldb, tn, k, w);
     else heads_prefetch(B + b_stride + j0, ldb, k, tn, w);
   }
-  float16 acc[HEADS_WM];
-  for (int r = 0; r < HEADS_WM; r++) acc[r] = (float16)(0.0f);
+  float16 acc[HEADS_WM][HEADS_TN_WIDE / 16];
+  for (int r = 0; r < HEADS_WM; r++)
+    for (uint c = 0; c < TN / 16; c++) acc[r][c] = (float16)(0.0f);
   for (uint p0 = 0; p0 < k; p0 += HEADS_TK) {
     const uint kk = min((uint)HEADS_TK, k - p0);
     barrier(CLK_LOCAL_MEM_FENCE); /* the last slice's reads are done */
@@ -143,16 +155,17 @@ __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
     else /* A is m x k */
       heads_stage(As, A + i0 * lda + p0, lda, m - i0, kk, HEADS_TM, HEADS_TK, 0, w);
     if (trans_b) /* B is n x k */
-      heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 1, w);
+      heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, TN, 1, w);
     else /* B is k x n */
-      heads_stage(Bs, B + p0 * ldb + j0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 0, w);
+      heads_stage(Bs, B + p0 * ldb + j0, ldb, kk, n - j0, HEADS_TK, TN, 0, w);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int p = 0; p < HEADS_TK; p++) {
-      const float16 bv = vload16(0, Bs + p * HEADS_TN);
+      float16 bv[HEADS_TN_WIDE / 16];
+      for (uint c = 0; c < TN / 16; c++) bv[c] = vload16(0, Bs + p * TN + 16 * c);
       for (int r = 0; r < HEADS_WM; r++) {
         const uint i = w * HEADS_WM + r;
         const float a = trans_a ? As[p * HEADS_TM + i] : As[i * HEADS_TK + p];
-        acc[r] = mad((float16)(a), bv, acc[r]);
+        for (uint c = 0; c < TN / 16; c++) acc[r][c] = mad((float16)(a), bv[c], acc[r][c]);
       }
     }
   }
@@ -161,14 +174,59 @@ __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
   for (int r = 0; r < HEADS_WM; r++) {
     const uint i = i0 + w * HEADS_WM + r;
     if (i >= m) break;
-    __global float *c = C + i * ldc + j0;
-    const float16 v = alpha * acc[r];
-    if (j0 + 16 <= n) {
-      vstore16(beta != 0.0f ? v + beta * vload16(0, c) : v, 0, c);
-    } else {
-      float l[16];
-      vstore16(v, 0, l);
-      for (uint e = 0; e < n - j0; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+    for (uint cc = 0; cc < TN / 16; cc++) {
+      const uint j = j0 + 16 * cc;
+      if (j >= n) break;
+      __global float *c = C + i * ldc + j;
+      const float16 v = alpha * acc[r][cc];
+      if (j + 16 <= n) {
+#if HEADS_STREAM /* movntps wants the line's alignment */
+        if (beta == 0.0f && ((size_t)c & 63) == 0) {
+          __builtin_nontemporal_store(v, (__global float16 *)c);
+          continue;
+        }
+#endif
+        vstore16(beta != 0.0f ? v + beta * vload16(0, c) : v, 0, c);
+      } else {
+        float l[16];
+        vstore16(v, 0, l);
+        for (uint e = 0; e < n - j; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+      }
     }
   }
+#if HEADS_STREAM
+  /* Non-temporal stores are not ordered with later ones: drain them before the kernel ends.
+   * Once per work-group, after the barrier, on the thread that ran the group (a CPU runtime
+   * runs a work-group on one thread). An sfence per work-item stalls on each one's stores in
+   * turn: the products ran 30% slower than without any. */
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  if (w == 0) __builtin_ia32_sfence();
+#endif
+}
+
+#define HEADS_ARGS                                                                          \
+  uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,     \
+      uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,  \
+      uint b_stride, int trans_b, __global float *C, uint c_off, uint ldc, uint c_stride
+#define HEADS_PASS                                                                          \
+  m, n, k, alpha, beta, A, a_off, lda, a_stride, trans_a, B, b_off, ldb, b_stride, trans_b, \
+      C, c_off, ldc, c_stride
+
+/* Tiles 16 wide: every product where the vector registers are 256 bits (AVX2: 16 ymm of
+ * accumulators), and Q K^T (B transposed) everywhere. */
+__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(HEADS_ARGS) {
+  __local float As[HEADS_TM * HEADS_TK];
+  __local float Bs[HEADS_TK * HEADS_TN];
+  heads_product(HEADS_TN, As, Bs, HEADS_PASS);
+}
+
+/* Tiles 32 wide, for B as laid out, where the vector registers are 512 bits (AVX-512: 16 zmm
+ * of accumulators of 32; with 256 bits they would spill). Half the work-groups restage A, and
+ * alpha V ran 17% faster (harness, Zen 5, operands that change every call); Q K^T ran 12%
+ * slower, so it keeps gemm_heads. gemm.c chooses. */
+__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads_wide(
+    HEADS_ARGS) {
+  __local float As[HEADS_TM * HEADS_TK];
+  __local float Bs[HEADS_TK * HEADS_TN_WIDE];
+  heads_product(HEADS_TN_WIDE, As, Bs, HEADS_PASS);
 }

@@ -168,15 +168,18 @@ static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size
 }
 
 /* The batched products with relcl's gemm_heads (kernels/gemm.cl, its shape and tiles), on
- * CPU contexts (ctx->gemm_heads). */
+ * CPU contexts (ctx->gemm_heads); with B as laid out, in tiles 32 wide (gemm_heads_wide) where
+ * ctx->heads_wide says. */
 static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                   size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                   size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                   float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                   size_t batch, cl_event *ev) {
-  const size_t NW = RELCL_HEADS_NW, TM = RELCL_HEADS_NW * RELCL_HEADS_WM, TN = RELCL_HEADS_TN;
+  const bool wide = ctx->heads_wide && !trans_b;
+  const size_t NW = RELCL_HEADS_NW, TM = RELCL_HEADS_NW * RELCL_HEADS_WM,
+               TN = wide ? RELCL_HEADS_TN_WIDE : RELCL_HEADS_TN;
   relcl__kernel_entry *kern;
-  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_heads", &kern);
+  relcl_status st = relcl__kernel(ctx, "gemm", wide ? "gemm_heads_wide" : "gemm_heads", &kern);
   if (st != RELCL_OK) return st;
   cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
   cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc, sa = (cl_uint)stride_a,
