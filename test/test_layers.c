@@ -135,7 +135,10 @@ static const layer_case cases[] = {
     {OP_TRANSPOSE, "transpose 256x136", 256, 136, 0, 0, 0},
     /* batched products, 3 of them: a m, b n, c k; flag 1 = A transposed, 2 = B transposed,
      * 4 = alpha -0.5 and beta 0.75 (else 1 and 0). relcl's gemm_heads on a CPU, CLBlast's
-     * elsewhere and in layers_group (RELCL_HEAD_GEMM); its tiles are 32 x 16, 32 deep. */
+     * elsewhere and in layers_group (RELCL_HEAD_GEMM); its tiles are 32 x 16, 32 deep, or
+     * 32 x 32 for B as laid out on AVX-512 (RELCL_HEAD_TILE; layers_heads16/32 run both).
+     * The model's shapes take the whole-tile paths (B transposed through registers,
+     * non-temporal stores where a row is aligned), the others the edges. */
     {OP_BATCHED, "batched 1x1x1", 1, 1, 1, 0, 0},
     {OP_BATCHED, "batched 37x29x13", 37, 29, 13, 0, 0},
     {OP_BATCHED, "batched B^T 37x29x13", 37, 29, 13, 0, 2},
