@@ -280,32 +280,37 @@ __kernel void table_grad_partial(__global const float *L, uint l_off, __global c
  * X[i][k] W[c][k], for rows i < rows of X (rows x d) and labels c < R of the table's window
  * W (R x d), label-major as the row kernels gather them. Group shape: global (rows rounded
  * up, R), an output a work-item, T the window as it is. Item shape (CPUs): global
- * (ceil(rows / 4), ceil(R / 8)), four rows by eight labels a work-item as four float8 sums,
- * T the window transposed by table_window_t (d x R8). Each sum runs over k in order. */
+ * (ceil(rows / 4), 1), four rows a work-item, every label of them in blocks of eight (four
+ * float8 sums a block), T the window transposed by table_window_t (d x R8). A work-item
+ * takes all the blocks so that its rows of X are read from memory once: with a block a
+ * work-item, the blocks ran in turn over all of X (4 MB in the issue-8 step) and read it
+ * again for each. Each sum runs over k in order. */
 __kernel void labels_shared(__global const float *X, uint x_off, __global const float *T,
                             uint t_off, __global float *out, uint out_off, uint rows, int R,
                             int d) {
 #ifdef RELCL_ROW_ITEM
   const uint i0 = 4 * (uint)get_global_id(0);
-  const int c0 = 8 * (int)get_global_id(1), R8 = (R + 7) / 8 * 8;
-  if (i0 >= rows || c0 >= R) return;
+  const int R8 = (R + 7) / 8 * 8;
+  if (i0 >= rows) return;
   /* rows past the end read the last row and are not stored */
   __global const float *x0 = X + x_off + (size_t)i0 * d,
                        *x1 = X + x_off + (size_t)min(i0 + 1, rows - 1) * d,
                        *x2 = X + x_off + (size_t)min(i0 + 2, rows - 1) * d,
                        *x3 = X + x_off + (size_t)min(i0 + 3, rows - 1) * d;
-  __global const float *t = T + t_off + c0;
-  float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-  for (int k = 0; k < d; k++) {
-    const float8 w = vload8(0, t + (size_t)k * R8);
-    s0 += x0[k] * w, s1 += x1[k] * w, s2 += x2[k] * w, s3 += x3[k] * w;
-  }
-  float v[4][8];
-  vstore8(s0, 0, v[0]), vstore8(s1, 0, v[1]), vstore8(s2, 0, v[2]), vstore8(s3, 0, v[3]);
-  const int nc = min(8, R - c0);
   const uint nr = min(4u, rows - i0);
-  for (int c = 0; c < nc; c++)
-    for (uint r = 0; r < nr; r++) out[out_off + (size_t)(c0 + c) * rows + i0 + r] = v[r][c];
+  for (int c0 = 0; c0 < R; c0 += 8) {
+    __global const float *t = T + t_off + c0;
+    float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (int k = 0; k < d; k++) {
+      const float8 w = vload8(0, t + (size_t)k * R8);
+      s0 += x0[k] * w, s1 += x1[k] * w, s2 += x2[k] * w, s3 += x3[k] * w;
+    }
+    float v[4][8];
+    vstore8(s0, 0, v[0]), vstore8(s1, 0, v[1]), vstore8(s2, 0, v[2]), vstore8(s3, 0, v[3]);
+    const int nc = min(8, R - c0);
+    for (int c = 0; c < nc; c++)
+      for (uint r = 0; r < nr; r++) out[out_off + (size_t)(c0 + c) * rows + i0 + r] = v[r][c];
+  }
 #else
   const uint i = get_global_id(0);
   const int c = get_global_id(1);
@@ -328,21 +333,22 @@ __kernel void table_window_t(__global const float *W, uint w_off, __global float
 /* A shared table's label sums added to rows (attention.c add_from_labels): Y[i][j] += sum
  * over c of L[i][c] W[c][j], for L (rows x R), the table's window W (R x d), Y (rows x d); the
  * sum runs over c in order and is then added. Group shape: global (d rounded up, rows), an
- * output a work-item. Item shape (CPUs): global (ceil(rows / 4), ceil(d / 8)), four rows by
- * eight columns a work-item as four float8 sums. */
+ * output a work-item. Item shape (CPUs): global (ceil(rows / 4), 1), four rows a work-item,
+ * all their columns in blocks of eight (four float8 sums a block), so that its rows of Y and L
+ * are read from memory once (as in labels_shared). */
 __kernel void add_labels_shared(__global const float *L, uint l_off, __global const float *W,
                                 uint w_off, __global float *Y, uint y_off, uint rows, int R,
                                 int d) {
   L += l_off, W += w_off, Y += y_off;
 #ifdef RELCL_ROW_ITEM
   const uint i0 = 4 * (uint)get_global_id(0);
-  const int j0 = 8 * (int)get_global_id(1);
-  if (i0 >= rows || j0 >= d) return;
+  if (i0 >= rows) return;
   const uint nr = min(4u, rows - i0);
   __global const float *l0 = L + (size_t)i0 * R, *l1 = L + (size_t)min(i0 + 1, rows - 1) * R,
                        *l2 = L + (size_t)min(i0 + 2, rows - 1) * R,
                        *l3 = L + (size_t)min(i0 + 3, rows - 1) * R;
-  if (j0 + 8 <= d) {
+  int j0 = 0;
+  for (; j0 + 8 <= d; j0 += 8) {
     float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
     for (int c = 0; c < R; c++) {
       const float8 w = vload8(0, W + (size_t)c * d + j0);
@@ -353,9 +359,8 @@ __kernel void add_labels_shared(__global const float *L, uint l_off, __global co
     if (nr > 1) vstore8(vload8(0, y + d) + s1, 0, y + d);
     if (nr > 2) vstore8(vload8(0, y + 2 * d) + s2, 0, y + 2 * d);
     if (nr > 3) vstore8(vload8(0, y + 3 * d) + s3, 0, y + 3 * d);
-    return;
   }
-  for (uint r = 0; r < nr; r++)
+  for (uint r = 0; r < nr; r++) /* the last columns, fewer than eight */
     for (int j = j0; j < d; j++) {
       float s = 0.0f;
       for (int c = 0; c < R; c++) s += L[(size_t)(i0 + r) * R + c] * W[(size_t)c * d + j];

@@ -197,8 +197,8 @@ static relcl_status labels_shared(relcl_context *ctx, const plan *p, relcl_buf X
   }
   if (st == RELCL_OK) {
     relcl__args a = label_args(k, p, X, T, out);
-    st = launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->rows,
-                        item ? (size_t)R8 / 8 : (size_t)R, p->rows, (size_t)R, p->d);
+    st = launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->rows, item ? 1 : (size_t)R,
+                        p->rows, (size_t)R, p->d);
   }
   relcl__pool_put(ctx, wt);
   return st;
@@ -211,8 +211,8 @@ static relcl_status add_labels_shared(relcl_context *ctx, const plan *p, relcl_b
   if (st != RELCL_OK) return st;
   relcl__args a = label_args(k, p, L, win, Y);
   const bool item = relcl__row_item(ctx);
-  return launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->d,
-                        item ? (p->d + 7) / 8 : p->rows, p->rows, p->d, (size_t)p->R);
+  return launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->d, item ? 1 : p->rows,
+                        p->rows, p->d, (size_t)p->R);
 }
 
 static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
