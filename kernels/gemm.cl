@@ -4,12 +4,14 @@
  * at a time. CLBlast's direct kernel runs them at 30-40% of its SGEMM rate on PoCL (its
  * indirect one needs parameters of its own for them, which CLBlast can only swap in by
  * copying its database each call); this runs them 1.5 to 3 times faster (relcl-bench,
- * RELCL_HEAD_GEMM, README "Speed"). On GPUs CLBlast's kernel stays.
+ * RELCL_HEAD_GEMM, README "Speed"), and since session 18's changes below 2.5 times faster,
+ * at 90-100% of that rate. On GPUs CLBlast's kernel stays.
  *
  * The shape is a CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM
  * turns explicit vectors into SIMD registers. A work-group of HEADS_NW work-items computes a
- * tile of HEADS_TM x HEADS_TN of one product; each work-item HEADS_WM rows of it, in
- * HEADS_WM float16 accumulators (8 zmm on AVX-512, 16 ymm on AVX2). Each HEADS_TK slice of
+ * tile of HEADS_TM x TN of one product, TN HEADS_TN or, in gemm_heads_wide, HEADS_TN_WIDE;
+ * each work-item HEADS_WM rows of it, in HEADS_WM x TN / 16 float16 accumulators (8 or 16 zmm
+ * on AVX-512, 16 ymm on AVX2, where only HEADS_TN fits). Each HEADS_TK slice of
  * the sum is staged in local memory first, zero past the matrices' edges, so the inner loop
  * has constant bounds (LLVM unrolls it; with a run-time bound it ran 25-40% slower):
  *   As: op(A)'s rows i, as A is laid out (transposed: As[p][i]; not: As[i][p])
@@ -27,7 +29,7 @@
  * first read each line from memory: in relcl-bench's issue-8 run that ran the products 10-30%
  * faster and the kernels that read C next (attention rows, head merge) no slower.
  *
- * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). NW, WM and TN are
+ * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). NW, WM and both TN are
  * flags.h's RELCL_HEADS_*, which gemm.c sizes the grid from. */
 #define HEADS_NW RELCL_HEADS_NW
 #define HEADS_WM RELCL_HEADS_WM
@@ -35,21 +37,30 @@
 #define HEADS_TN RELCL_HEADS_TN
 #define HEADS_TN_WIDE RELCL_HEADS_TN_WIDE
 #define HEADS_TK 32
-#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__))
+/* clang's builtins where the compiler is clang (and for the first two the target a CPU),
+ * standard OpenCL C elsewhere, and where RELCL_PORTABLE is defined (the suite's
+ * layers_portable runs the batched products so) */
+#if defined(__clang__) && !defined(RELCL_PORTABLE)
+#define HEADS_CLANG 1
+#else
+#define HEADS_CLANG 0
+#endif
+#if HEADS_CLANG && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__))
 #define HEADS_PREFETCH 1
 #else
 #define HEADS_PREFETCH 0
 #endif
-#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#if HEADS_CLANG && (defined(__x86_64__) || defined(__i386__))
 #define HEADS_STREAM 1
 #else
 #define HEADS_STREAM 0
 #endif
 
 /* Shuffles of two float16 by constant indices (0-15 the first, 16-31 the second): clang's
- * builtin where the compiler is clang, OpenCL's shuffle2 elsewhere (PoCL lowers shuffle2
- * element by element: the 16 x 16 transpose below gained nothing with it). */
-#if defined(__clang__)
+ * builtin where the compiler is clang, OpenCL's shuffle2 elsewhere. Both become one vector
+ * permute each on PoCL; with shuffle2 Q K^T ran 5% slower (relcl-bench, two interleaved
+ * pairs, Zen 5). */
+#if HEADS_CLANG
 #define HEADS_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
 #define HEADS_SHUFFLE(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
@@ -57,7 +68,9 @@
 
 /* One step of a 16 x 16 transpose in v[16]: in every pair of rows (r, r + S), r's bit S clear,
  * the entries in columns with bit S set in row r swap with those with it clear in row r + S.
- * After the steps for S = 8, 4, 2 and 1, (r, c) has gone to (c, r). */
+ * After the steps for S = 8, 4, 2 and 1, (r, c) has gone to (c, r). Fully unrolled it must
+ * be: written as a loop over all 16 rows with a test of bit S, the transpose gained nothing
+ * over staging element by element. */
 #define HEADS_TRANSPOSE_STEP(S, LO, HI)                                                     \
   _Pragma("unroll") for (int q = 0; q < 8; q++) {                                           \
     const int r = q / S * 2 * S + q % S;                                                    \
