@@ -40,12 +40,11 @@
 /* layers.cl colsum_partial, ln_param_partial in the item shape (common.cl): adjacent columns
  * one work-item sums as one vector (an OpenCL vector width: 2, 4, 8 or 16) */
 #define RELCL_COL_VEC 8
-/* gemm.cl gemm_heads and gemm_heads_wide, whose grids gemm.c sizes: work-items a
- * work-group, rows of the tile a work-item, columns of the tile (one or two float16) */
+/* gemm.cl gemm_heads, whose grid gemm.c sizes: work-items a work-group, rows of the tile a
+ * work-item, columns of the tile (one float16; also gemm.c's bound for gemm_heads_rows) */
 #define RELCL_HEADS_NW 4
 #define RELCL_HEADS_WM 8
 #define RELCL_HEADS_TN 16
-#define RELCL_HEADS_TN_WIDE 32
 /* common.cl RELCL_FOR_ELEMENTS in the item shape: elements a work-item */
 #define RELCL_ELEM_RUN 64
 

@@ -1,41 +1,42 @@
 /* The per-head products of attention on CPU devices (lib/runtime/gemm.c decides), a batch of
  * small row-major GEMMs C = alpha op(A) op(B) + beta C, C m x n, op(A) m x k, op(B) k x n:
  * Q K^T (32 x 32 x 64 in the issue-8 model), alpha V and its transposes (32 x 64 x 32), 500
- * at a time. CLBlast's direct kernel runs them at 30-40% of its SGEMM rate on PoCL (its
- * indirect one needs parameters of its own for them, which CLBlast can only swap in by
- * copying its database each call); this runs them 1.5 to 3 times faster (relcl-bench,
- * RELCL_HEAD_GEMM, README "Speed"), and since session 18's changes below 2.5 times faster,
- * at 90-100% of that rate. On GPUs CLBlast's kernel stays.
+ * at a time; in real batches the sentences' lengths (7 to 36 and more) instead of 32. CLBlast's
+ * direct kernel runs them at 30-40% of its SGEMM rate on PoCL (its indirect one needs
+ * parameters of its own for them, which CLBlast can only swap in by copying its database each
+ * call). On GPUs CLBlast's kernel stays. Two kernels (README "Per-head products on a CPU"):
  *
- * The shape is a CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM
- * turns explicit vectors into SIMD registers. A work-group of HEADS_NW work-items computes a
- * tile of HEADS_TM x TN of one product, TN HEADS_TN or, in gemm_heads_wide, HEADS_TN_WIDE;
- * each work-item HEADS_WM rows of it, in HEADS_WM x TN / 16 float16 accumulators (8 or 16 zmm
- * on AVX-512, 16 ymm on AVX2, where only HEADS_TN fits). Each HEADS_TK slice of
- * the sum is staged in local memory first, zero past the matrices' edges, so the inner loop
- * has constant bounds (LLVM unrolls it; with a run-time bound it ran 25-40% slower):
+ * gemm_heads_rows (at the end), a work-item per row of C, for every product with B as laid
+ * out and for B transposed with fewer than 16 columns.
+ *
+ * gemm_heads, tiles, for B transposed (Q K^T, dalpha) with 16 columns or more. The shape is a
+ * CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM turns explicit vectors
+ * into SIMD registers. A work-group of HEADS_NW work-items computes a tile of HEADS_TM x
+ * HEADS_TN of one product; each work-item HEADS_WM rows of it, in HEADS_WM float16
+ * accumulators (8 zmm on AVX-512, 16 ymm on AVX2). Each HEADS_TK slice of the sum is staged in
+ * local memory first, zero past the matrices' edges, so the inner loop has constant bounds
+ * (LLVM unrolls it; with a run-time bound it ran 25-40% slower):
  *   As: op(A)'s rows i, as A is laid out (transposed: As[p][i]; not: As[i][p])
- *   Bs: op(B) as Bs[p][j], a transposing copy when B is transposed (Q K^T).
+ *   Bs: B^T as Bs[p][j], transposed as it is staged, through registers in whole blocks.
  * Each element of C is one sum in order p = 0 .. k-1 (mad), the same on every run.
  *
  * The operands come from memory, not cache (the batch is megabytes), and the hardware
  * prefetcher does not guess the next product's rows: each work-group first asks for the
  * same tile of the next product in the batch, which the next work-groups on its thread
  * compute (PoCL hands a thread consecutive work-groups). On PoCL (Zen 5, operands that change
- * every call) that ran Q K^T 25% and alpha V 50% faster. OpenCL's prefetch() does nothing on
- * PoCL; clang's __builtin_prefetch does, where the compiler is clang and the target a CPU;
- * elsewhere HEADS_PREFETCH is 0 and the kernel asks for nothing. With beta 0, C is written
- * around the caches (non-temporal stores, x86 only: HEADS_STREAM), so writing it does not
- * first read each line from memory: in relcl-bench's issue-8 run that ran the products 10-30%
- * faster and the kernels that read C next (attention rows, head merge) no slower.
+ * every call) that ran Q K^T 25% faster. OpenCL's prefetch() does nothing on PoCL; clang's
+ * __builtin_prefetch does, where the compiler is clang and the target a CPU; elsewhere
+ * HEADS_PREFETCH is 0 and the kernel asks for nothing. With beta 0, C is written around the
+ * caches (non-temporal stores, x86 only: HEADS_STREAM), so writing it does not first read
+ * each line from memory: in relcl-bench's issue-8 run that ran the products 10-30% faster and
+ * the kernels that read C next (attention rows, head merge) no slower.
  *
- * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). NW, WM and both TN are
+ * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). NW, WM and TN are
  * flags.h's RELCL_HEADS_*, which gemm.c sizes the grid from. */
 #define HEADS_NW RELCL_HEADS_NW
 #define HEADS_WM RELCL_HEADS_WM
 #define HEADS_TM (HEADS_NW * HEADS_WM)
 #define HEADS_TN RELCL_HEADS_TN
-#define HEADS_TN_WIDE RELCL_HEADS_TN_WIDE
 #define HEADS_TK 32
 /* clang's builtins where the compiler is clang (and for the first two the target a CPU),
  * standard OpenCL C elsewhere, and where RELCL_PORTABLE is defined (the suite's
@@ -136,30 +137,29 @@ inline void heads_prefetch(__global const float *src, uint ld, uint rows, uint c
 #endif
 }
 
-/* One work-group's tile of C, TN (16 or 32) columns wide: a constant once inlined, so the
- * loops over it unroll and acc holds only what that width needs. */
-inline void heads_product(const uint TN, __local float *As, __local float *Bs, uint m, uint n,
-                          uint k, float alpha, float beta, __global const float *A, uint a_off,
-                          uint lda, uint a_stride, int trans_a, __global const float *B,
-                          uint b_off, uint ldb, uint b_stride, int trans_b, __global float *C,
-                          uint c_off, uint ldc, uint c_stride) {
+/* Q K^T and dalpha = dZ V^T of 16 keys or more: C = alpha op(A) B^T + beta C, B n x k.
+ * gemm.c sends every other batched product to gemm_heads_rows below. */
+__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
+    uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
+    uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
+    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride) {
+  __local float As[HEADS_TM * HEADS_TK];
+  __local float Bs[HEADS_TK * HEADS_TN];
   const uint w = get_local_id(0);
-  const uint j0 = get_group_id(0) * TN, i0 = get_group_id(1) * HEADS_TM;
+  const uint j0 = get_group_id(0) * HEADS_TN, i0 = get_group_id(1) * HEADS_TM;
   const ulong b = get_group_id(2);
   A += a_off + b * a_stride;
   B += b_off + b * b_stride;
   C += c_off + b * c_stride;
 
   if (HEADS_PREFETCH && b + 1 < get_num_groups(2)) {
-    const uint tm = min((uint)HEADS_TM, m - i0), tn = min(TN, n - j0);
+    const uint tm = min((uint)HEADS_TM, m - i0), tn = min((uint)HEADS_TN, n - j0);
     if (trans_a) heads_prefetch(A + a_stride + i0, lda, k, tm, w);
     else heads_prefetch(A + a_stride + i0 * lda, lda, tm, k, w);
-    if (trans_b) heads_prefetch(B + b_stride + j0 * ldb, ldb, tn, k, w);
-    else heads_prefetch(B + b_stride + j0, ldb, k, tn, w);
+    heads_prefetch(B + b_stride + j0 * ldb, ldb, tn, k, w);
   }
-  float16 acc[HEADS_WM][HEADS_TN_WIDE / 16];
-  for (int r = 0; r < HEADS_WM; r++)
-    for (uint c = 0; c < TN / 16; c++) acc[r][c] = (float16)(0.0f);
+  float16 acc[HEADS_WM];
+  for (int r = 0; r < HEADS_WM; r++) acc[r] = (float16)(0.0f);
   for (uint p0 = 0; p0 < k; p0 += HEADS_TK) {
     const uint kk = min((uint)HEADS_TK, k - p0);
     barrier(CLK_LOCAL_MEM_FENCE); /* the last slice's reads are done */
@@ -167,18 +167,14 @@ inline void heads_product(const uint TN, __local float *As, __local float *Bs, u
       heads_stage(As, A + p0 * lda + i0, lda, kk, m - i0, HEADS_TK, HEADS_TM, 0, w);
     else /* A is m x k */
       heads_stage(As, A + i0 * lda + p0, lda, m - i0, kk, HEADS_TM, HEADS_TK, 0, w);
-    if (trans_b) /* B is n x k */
-      heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, TN, 1, w);
-    else /* B is k x n */
-      heads_stage(Bs, B + p0 * ldb + j0, ldb, kk, n - j0, HEADS_TK, TN, 0, w);
+    heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 1, w);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int p = 0; p < HEADS_TK; p++) {
-      float16 bv[HEADS_TN_WIDE / 16];
-      for (uint c = 0; c < TN / 16; c++) bv[c] = vload16(0, Bs + p * TN + 16 * c);
+      const float16 bv = vload16(0, Bs + p * HEADS_TN);
       for (int r = 0; r < HEADS_WM; r++) {
         const uint i = w * HEADS_WM + r;
         const float a = trans_a ? As[p * HEADS_TM + i] : As[i * HEADS_TK + p];
-        for (uint c = 0; c < TN / 16; c++) acc[r][c] = mad((float16)(a), bv[c], acc[r][c]);
+        acc[r] = mad((float16)(a), bv, acc[r]);
       }
     }
   }
@@ -187,24 +183,20 @@ inline void heads_product(const uint TN, __local float *As, __local float *Bs, u
   for (int r = 0; r < HEADS_WM; r++) {
     const uint i = i0 + w * HEADS_WM + r;
     if (i >= m) break;
-    for (uint cc = 0; cc < TN / 16; cc++) {
-      const uint j = j0 + 16 * cc;
-      if (j >= n) break;
-      __global float *c = C + i * ldc + j;
-      const float16 v = alpha * acc[r][cc];
-      if (j + 16 <= n) {
+    __global float *c = C + i * ldc + j0;
+    const float16 v = alpha * acc[r];
+    if (j0 + 16 <= n) {
 #if HEADS_STREAM /* movntps wants the line's alignment */
-        if (beta == 0.0f && ((size_t)c & 63) == 0) {
-          __builtin_nontemporal_store(v, (__global float16 *)c);
-          continue;
-        }
-#endif
-        vstore16(beta != 0.0f ? v + beta * vload16(0, c) : v, 0, c);
-      } else {
-        float l[16];
-        vstore16(v, 0, l);
-        for (uint e = 0; e < n - j; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+      if (beta == 0.0f && ((size_t)c & 63) == 0) {
+        __builtin_nontemporal_store(v, (__global float16 *)c);
+        continue;
       }
+#endif
+      vstore16(beta != 0.0f ? v + beta * vload16(0, c) : v, 0, c);
+    } else {
+      float l[16];
+      vstore16(v, 0, l);
+      for (uint e = 0; e < n - j0; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
     }
   }
 #if HEADS_STREAM
@@ -217,29 +209,69 @@ inline void heads_product(const uint TN, __local float *As, __local float *Bs, u
 #endif
 }
 
-#define HEADS_ARGS                                                                          \
-  uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,     \
-      uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,  \
-      uint b_stride, int trans_b, __global float *C, uint c_off, uint ldc, uint c_stride
-#define HEADS_PASS                                                                          \
-  m, n, k, alpha, beta, A, a_off, lda, a_stride, trans_a, B, b_off, ldb, b_stride, trans_b, \
-      C, c_off, ldc, c_stride
-
-/* Tiles 16 wide: every product where the vector registers are 256 bits (AVX2: 16 ymm of
- * accumulators), and Q K^T (B transposed) everywhere. */
-__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(HEADS_ARGS) {
-  __local float As[HEADS_TM * HEADS_TK];
-  __local float Bs[HEADS_TK * HEADS_TN];
-  heads_product(HEADS_TN, As, Bs, HEADS_PASS);
-}
-
-/* Tiles 32 wide, for B as laid out, where the vector registers are 512 bits (AVX-512: 16 zmm
- * of accumulators of 32; with 256 bits they would spill). Half the work-groups restage A, and
- * alpha V ran 17% faster (harness, Zen 5, operands that change every call); Q K^T ran 12%
- * slower, so it keeps gemm_heads. gemm.c chooses. */
-__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads_wide(
-    HEADS_ARGS) {
-  __local float As[HEADS_TM * HEADS_TK];
-  __local float Bs[HEADS_TK * HEADS_TN_WIDE];
-  heads_product(HEADS_TN_WIDE, As, Bs, HEADS_PASS);
+/* The products a tile fits badly, in a work-item per row of C: row i of product b is
+ * work-item b m + i, global (batch m rounded up to the work-group), local (16). Each work-item
+ * reads its operands straight from memory, with no staging and no barrier; the rows of one
+ * product are neighbouring work-items, so its B is read from memory once and then from cache.
+ *  - B as laid out (alpha V, dQ, dV): C[i][j0 .. j0 + 16) in one float16, a sum over p of
+ *    op(A)[i][p] B[p][j0 ..], for each block of 16 columns; the last columns one by one.
+ *  - B transposed (Q K^T, dalpha): C[i][j] one dot product of op(A)'s row i and B's row j, in
+ *    float4 over p, then summed across the lanes (k a multiple of 4 and A as laid out;
+ *    otherwise one term at a time).
+ * gemm.c sends here every product with B as laid out, which this ran as fast as tiles (16 or
+ * 32 wide) at 32 x 64 x 32 and 2.5 to 11 times faster at the lengths of real batches (7 to 36:
+ * the tiles of 32 rows and 32 along the sum were mostly empty), and B transposed of fewer than
+ * 16 columns (Q K^T 3 times faster at 7 keys; from 16 on the tiles are faster). Each element
+ * is one sum in a fixed order; with B transposed not the tiles' order, so which kernel runs
+ * depends only on the shape. */
+__kernel void gemm_heads_rows(uint m, uint n, uint k, float alpha, float beta,
+                              __global const float *A, uint a_off, uint lda, uint a_stride,
+                              int trans_a, __global const float *B, uint b_off, uint ldb,
+                              uint b_stride, int trans_b, __global float *C, uint c_off,
+                              uint ldc, uint c_stride, uint batch) {
+  const uint g = get_global_id(0);
+  if (g >= batch * m) return;
+  const uint b = g / m, i = g - b * m; /* not g % m: LLVM then adds a freeze, which
+                                          * Oclgrind's uninitialized-value checker rejects */
+  A += a_off + (ulong)b * a_stride;
+  B += b_off + (ulong)b * b_stride;
+  C += c_off + (ulong)b * c_stride + (size_t)i * ldc;
+  if (trans_b) { /* B is n x k */
+    for (uint j = 0; j < n; j++) {
+      __global const float *bj = B + (size_t)j * ldb;
+      float s = 0.0f;
+      if (!trans_a && k % 4 == 0) {
+        float4 acc = (float4)(0.0f); /* as fast as float16 here (memory-bound), and no
+                                       * halving to one float, on which Oclgrind's
+                                       * uninitialized-value checker fails */
+        for (uint p = 0; p < k; p += 4)
+          acc = mad(vload4(0, A + (size_t)i * lda + p), vload4(0, bj + p), acc);
+        s = dot(acc, (float4)(1.0f));
+      } else {
+        for (uint p = 0; p < k; p++)
+          s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p], bj[p], s);
+      }
+      const float v = alpha * s;
+      C[j] = beta != 0.0f ? v + beta * C[j] : v; /* beta 0 does not read C */
+    }
+    return;
+  }
+  uint j0 = 0;
+  for (; j0 + 16 <= n; j0 += 16) { /* B is k x n */
+    float16 acc = (float16)(0.0f);
+    for (uint p = 0; p < k; p++) {
+      const float a = trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+      acc = mad((float16)(a), vload16(0, B + (size_t)p * ldb + j0), acc);
+    }
+    const float16 v = alpha * acc;
+    vstore16(beta != 0.0f ? v + beta * vload16(0, C + j0) : v, 0, C + j0);
+  }
+  for (uint j = j0; j < n; j++) {
+    float s = 0.0f;
+    for (uint p = 0; p < k; p++)
+      s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p],
+              B[(size_t)p * ldb + j], s);
+    const float v = alpha * s;
+    C[j] = beta != 0.0f ? v + beta * C[j] : v;
+  }
 }

@@ -102,11 +102,10 @@ static void tuning_fit_rule(void) {
            "fit: where relcl cannot tell the CPU model, name and driver decide");
 }
 
-/* A choice context.c makes per context: ways[0] where the device is of the kind (`kind`: a CPU
- * for cpu_choice, 512-bit vectors for heads_tile), ways[1] elsewhere, the variable `var`
- * overriding, a bad value failing at creation naming it; `took` says whether a context took
- * ways[0]. The variable is restored after. */
-static void check_choice(bool kind, const char *var, const char *const ways[2], const char *bad,
+/* A choice context.c makes per context (cpu_choice): ways[0] where the device is a CPU (`cpu`),
+ * ways[1] elsewhere, the variable `var` overriding, a bad value failing at creation naming
+ * it; `took` says whether a context took ways[0]. The variable is restored after. */
+static void check_choice(bool cpu, const char *var, const char *const ways[2], const char *bad,
                          bool (*took)(const relcl_context *)) {
   const char *old = getenv(var);
   char saved[64] = "";
@@ -114,7 +113,7 @@ static void check_choice(bool kind, const char *var, const char *const ways[2], 
   unsetenv(var);
   relcl_context *ctx = NULL;
   relcl_status st = relcl_context_create(&ctx, "0:0");
-  tu_check(st == RELCL_OK && took(ctx) == kind, "%s unset: by the device: %s", var,
+  tu_check(st == RELCL_OK && took(ctx) == cpu, "%s unset: by the device: %s", var,
            ctx && took(ctx) ? ways[0] : ways[1]);
   relcl_context_destroy(ctx);
   for (int i = 0; i < 2; i++) {
@@ -137,7 +136,6 @@ static void check_choice(bool kind, const char *var, const char *const ways[2], 
 
 static bool took_item(const relcl_context *ctx) { return relcl__row_item(ctx); }
 static bool took_relcl_heads(const relcl_context *ctx) { return ctx->gemm_heads; }
-static bool took_wide_heads(const relcl_context *ctx) { return ctx->heads_wide; }
 
 int main(void) {
   tuning_fit_rule();
@@ -220,8 +218,8 @@ int main(void) {
   }
   relcl_context_destroy(ctx);
 
-  /* The row kernels' shape (kernels/common.cl), who computes attention's per-head products
-   * and in what tiles (gemm.c) */
+  /* The row kernels' shape (kernels/common.cl) and who computes attention's per-head
+   * products (gemm.c) */
   cl_device_type dtype = 0;
   clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
   const bool cpu = (dtype & CL_DEVICE_TYPE_CPU) != 0;
@@ -229,10 +227,7 @@ int main(void) {
                took_item);
   check_choice(cpu, "RELCL_HEAD_GEMM", (const char *const[2]){"relcl", "clblast"}, "cublas",
                took_relcl_heads);
-  cl_uint width = 0;
-  clGetDeviceInfo(dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
-  check_choice(width >= 16, "RELCL_HEAD_TILE", (const char *const[2]){"32", "16"}, "64",
-               took_wide_heads);
+
 
   /* CLBlast tuning files: off, another device's, a malformed one, this device's */
   char driver[256] = "";

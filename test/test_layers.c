@@ -134,11 +134,12 @@ static const layer_case cases[] = {
     {OP_TRANSPOSE, "transpose 130x9", 130, 9, 0, 0, 0},
     {OP_TRANSPOSE, "transpose 256x136", 256, 136, 0, 0, 0},
     /* batched products, 3 of them: a m, b n, c k; flag 1 = A transposed, 2 = B transposed,
-     * 4 = alpha -0.5 and beta 0.75 (else 1 and 0). relcl's gemm_heads on a CPU, CLBlast's
-     * elsewhere and in layers_group (RELCL_HEAD_GEMM); its tiles are 32 x 16, 32 deep, or
-     * 32 x 32 for B as laid out on AVX-512 (RELCL_HEAD_TILE; layers_heads16/32 run both).
-     * The model's shapes take the whole-tile paths (B transposed through registers,
-     * non-temporal stores where a row is aligned), the others the edges. */
+     * 4 = alpha -0.5 and beta 0.75 (else 1 and 0). On a CPU relcl's kernels (gemm.cl), CLBlast's
+     * elsewhere and in layers_group (RELCL_HEAD_GEMM): B transposed with n >= 16 in
+     * gemm_heads' tiles (32 x 16, 32 deep; the model's shapes take the whole-tile paths, B
+     * transposed through registers and non-temporal stores where a row is aligned, the others
+     * the edges), the rest in gemm_heads_rows (B^T with k a multiple of 4 and A as laid out:
+     * dot products across a float4; otherwise one term at a time). */
     {OP_BATCHED, "batched 1x1x1", 1, 1, 1, 0, 0},
     {OP_BATCHED, "batched 37x29x13", 37, 29, 13, 0, 0},
     {OP_BATCHED, "batched B^T 37x29x13", 37, 29, 13, 0, 2},
@@ -150,6 +151,9 @@ static const layer_case cases[] = {
     {OP_BATCHED, "batched 32x64x32 (alpha V)", 32, 64, 32, 0, 0},
     {OP_BATCHED, "batched A^T 32x64x32 (dV)", 32, 64, 32, 0, 1},
     {OP_BATCHED, "batched A^T 70x33x65 beta", 70, 33, 65, 0, 5},
+    {OP_BATCHED, "batched B^T 7x7x64 (short Q K^T)", 7, 7, 64, 0, 2},
+    {OP_BATCHED, "batched A^T B^T 9x5x13 beta", 9, 5, 13, 0, 7},
+    {OP_BATCHED, "batched 7x64x7 (short alpha V)", 7, 64, 7, 0, 0},
 };
 
 /* ---- helpers ---- */

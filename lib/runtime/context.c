@@ -180,29 +180,6 @@ static relcl_status cpu_choice(const relcl_context *ctx, const char *var, const 
   return RELCL_OK;
 }
 
-/* The width of gemm_heads' tiles for products with B as laid out (kernels/gemm.cl): 32 where
- * the device's native float vector holds 16 (PoCL on AVX-512), whose 32 registers take the
- * 16 accumulators; 16 elsewhere (AVX2's 16 registers would spill them). RELCL_HEAD_TILE=16|32
- * overrides, so that the tests run both on one device; a bad value fails naming it. */
-static relcl_status heads_tile(relcl_context *ctx) {
-  const char *env = getenv("RELCL_HEAD_TILE");
-  if (env && env[0]) {
-    if (strcmp(env, "16") != 0 && strcmp(env, "32") != 0)
-      return relcl__fail(RELCL_ERR_INVALID_ARG,
-                         "RELCL_HEAD_TILE=%s: expected 16 or 32 (unset: 32 where the device's "
-                         "native float vector is 16 wide, else 16)",
-                         env);
-    ctx->heads_wide = strcmp(env, "32") == 0;
-    return RELCL_OK;
-  }
-  cl_uint width = 0;
-  if (clGetDeviceInfo(ctx->device, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof width, &width,
-                      NULL) != CL_SUCCESS)
-    width = 0;
-  ctx->heads_wide = width >= 16;
-  return RELCL_OK;
-}
-
 bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
 
 /* What every context needs once its device, cl_context and queue are known: the device's
@@ -227,7 +204,6 @@ static relcl_status setup(relcl_context *ctx) {
   relcl_status st = cpu_choice(ctx, "RELCL_ROW_KERNELS", "item", "group", &ctx->row_item);
   if (st == RELCL_OK)
     st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
-  if (st == RELCL_OK) st = heads_tile(ctx);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
     st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, ctx->row_item, true,

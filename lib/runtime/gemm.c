@@ -167,24 +167,13 @@ static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size
                   beta, relcl_buf_at(c.mem, c.offset + whole * ldc), ldc, ev);
 }
 
-/* The batched products with relcl's gemm_heads (kernels/gemm.cl, its shape and tiles), on
- * CPU contexts (ctx->gemm_heads); with B as laid out, in tiles 32 wide (gemm_heads_wide) where
- * ctx->heads_wide says. */
-static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
-                                  size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
-                                  float beta, relcl_buf c, size_t ldc, size_t stride_c,
-                                  size_t batch, cl_event *ev) {
-  const bool wide = ctx->heads_wide && !trans_b;
-  const size_t NW = RELCL_HEADS_NW, TM = RELCL_HEADS_NW * RELCL_HEADS_WM,
-               TN = wide ? RELCL_HEADS_TN_WIDE : RELCL_HEADS_TN;
-  relcl__kernel_entry *kern;
-  relcl_status st = relcl__kernel(ctx, "gemm", wide ? "gemm_heads_wide" : "gemm_heads", &kern);
-  if (st != RELCL_OK) return st;
+/* Sets the arguments gemm_heads and gemm_heads_rows share (kernels/gemm.cl). */
+static relcl__args heads_args(relcl__kernel_entry *kern, size_t m, size_t n, size_t k,
+                              float alpha, float beta, relcl_buf a, size_t lda, size_t stride_a,
+                              bool trans_a, relcl_buf b, size_t ldb, size_t stride_b) {
   cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
-  cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc, sa = (cl_uint)stride_a,
-          sb = (cl_uint)stride_b, sc = (cl_uint)stride_c;
-  cl_int ta = trans_a, tb = trans_b;
+  cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, sa = (cl_uint)stride_a, sb = (cl_uint)stride_b;
+  cl_int ta = trans_a;
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
   for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
   RELCL__ARG(&args, alpha);
@@ -196,14 +185,43 @@ static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b
   relcl__buf_arg(&args, b, NULL);
   RELCL__ARG(&args, lb);
   RELCL__ARG(&args, sb);
-  RELCL__ARG(&args, tb);
+  return args;
+}
+
+/* The batched products on CPU contexts (ctx->gemm_heads), in relcl's kernels
+ * (kernels/gemm.cl): gemm_heads' tiles for B transposed with n >= its tile's width (Q K^T,
+ * dalpha), gemm_heads_rows, a work-item per row of C, for the rest. *kind: the kernel. */
+static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                                  size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
+                                  float beta, relcl_buf c, size_t ldc, size_t stride_c,
+                                  size_t batch, cl_event *ev, const char **kind) {
+  const bool tiles = trans_b && n >= RELCL_HEADS_TN;
+  *kind = tiles ? "gemm_heads" : "gemm_heads_rows";
+  relcl__kernel_entry *kern;
+  relcl_status st = relcl__kernel(ctx, "gemm", *kind, &kern);
+  if (st != RELCL_OK) return st;
+  relcl__args args =
+      heads_args(kern, m, n, k, alpha, beta, a, lda, stride_a, trans_a, b, ldb, stride_b);
+  if (!tiles) {
+    cl_int tb = trans_b;
+    RELCL__ARG(&args, tb);
+  }
+  cl_uint lc = (cl_uint)ldc, sc = (cl_uint)stride_c, nb = (cl_uint)batch;
   relcl__buf_arg(&args, c, NULL);
   RELCL__ARG(&args, lc);
   RELCL__ARG(&args, sc);
+  if (!tiles) RELCL__ARG(&args, nb);
   if (args.err != CL_SUCCESS) return relcl__cl_fail(args.err, "clSetKernelArg(gemm_heads)");
-  size_t global[3] = {(n + TN - 1) / TN * NW, (m + TM - 1) / TM, batch}, local[3] = {NW, 1, 1};
-  cl_int err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 3, NULL, global, local, 0,
-                                      NULL, ev);
+  cl_int err;
+  if (tiles) {
+    const size_t NW = RELCL_HEADS_NW, TM = RELCL_HEADS_NW * RELCL_HEADS_WM, TN = RELCL_HEADS_TN;
+    size_t global[3] = {(n + TN - 1) / TN * NW, (m + TM - 1) / TM, batch}, local[3] = {NW, 1, 1};
+    err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 3, NULL, global, local, 0, NULL, ev);
+  } else {
+    size_t local = 16, global = (batch * m + local - 1) / local * local;
+    err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 1, NULL, &global, &local, 0, NULL, ev);
+  }
   return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_heads)");
 }
 
@@ -242,9 +260,8 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   } else if (batch == 1)
     st = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
   else if (ctx->gemm_heads) {
-    kind = "gemm_heads";
     st = heads_product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                       stride_b, beta, c, ldc, stride_c, batch, evp);
+                       stride_b, beta, c, ldc, stride_c, batch, evp, &kind);
   } else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
     CLBlastStatusCode code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
                                       transposed(trans_b), m, n, k, alpha, a.mem, a.offset,

@@ -69,8 +69,6 @@ struct relcl_context {
   bool gemm_kernel_1;                /* the tuning's Xgemm GEMMK is 1 (gemm.c) */
   bool gemm_heads; /* batched products in relcl's gemm_heads (kernels/gemm.cl), not CLBlast's:
                     * CPUs, RELCL_HEAD_GEMM (context.c) */
-  bool heads_wide; /* gemm_heads' products with B as laid out in tiles 32 wide (gemm_heads_wide):
-                    * 512-bit vectors, RELCL_HEAD_TILE (context.c) */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */
