@@ -6,8 +6,8 @@
  * parameters of its own for them, which CLBlast can only swap in by copying its database each
  * call). On GPUs CLBlast's kernel stays. Two kernels (README "Per-head products on a CPU"):
  *
- * gemm_heads_rows (at the end), a work-item per row of C, for every product with B as laid
- * out and for B transposed with fewer than 16 columns.
+ * gemm_heads_rows and gemm_heads_dots (at the end), a work-item per row of C, for every
+ * product with B as laid out and for B transposed with fewer than 16 columns.
  *
  * gemm_heads, tiles, for B transposed (Q K^T, dalpha) with 16 columns or more. The shape is a
  * CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM turns explicit vectors
@@ -17,7 +17,7 @@
  * local memory first, zero past the matrices' edges, so the inner loop has constant bounds
  * (LLVM unrolls it; with a run-time bound it ran 25-40% slower):
  *   As: op(A)'s rows i, as A is laid out (transposed: As[p][i]; not: As[i][p])
- *   Bs: B^T as Bs[p][j], transposed as it is staged, through registers in whole blocks.
+ *   Bs: op(B) as Bs[p][j], transposed as it is staged (through registers in whole blocks).
  * Each element of C is one sum in order p = 0 .. k-1 (mad), the same on every run.
  *
  * The operands come from memory, not cache (the batch is megabytes), and the hardware
@@ -137,12 +137,15 @@ inline void heads_prefetch(__global const float *src, uint ld, uint rows, uint c
 #endif
 }
 
-/* Q K^T and dalpha = dZ V^T of 16 keys or more: C = alpha op(A) B^T + beta C, B n x k.
- * gemm.c sends every other batched product to gemm_heads_rows below. */
+/* Q K^T and dalpha = dZ V^T of 16 keys or more: gemm.c sends only products with B transposed
+ * (trans_b 1) here, and every other batched product to gemm_heads_rows or gemm_heads_dots
+ * below. The kernel keeps its branch for B as laid out, which gemm.c no longer reaches: without
+ * it PoCL compiled the transposed path 10-15% slower (harness, Zen 5, 0.84-0.87 ms against
+ * 0.74-0.78 for Q K^T 32 x 32 x 64 x500). */
 __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
-    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride) {
+    uint b_stride, int trans_b, __global float *C, uint c_off, uint ldc, uint c_stride) {
   __local float As[HEADS_TM * HEADS_TK];
   __local float Bs[HEADS_TK * HEADS_TN];
   const uint w = get_local_id(0);
@@ -156,7 +159,8 @@ __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
     const uint tm = min((uint)HEADS_TM, m - i0), tn = min((uint)HEADS_TN, n - j0);
     if (trans_a) heads_prefetch(A + a_stride + i0, lda, k, tm, w);
     else heads_prefetch(A + a_stride + i0 * lda, lda, tm, k, w);
-    heads_prefetch(B + b_stride + j0 * ldb, ldb, tn, k, w);
+    if (trans_b) heads_prefetch(B + b_stride + j0 * ldb, ldb, tn, k, w);
+    else heads_prefetch(B + b_stride + j0, ldb, k, tn, w);
   }
   float16 acc[HEADS_WM];
   for (int r = 0; r < HEADS_WM; r++) acc[r] = (float16)(0.0f);
@@ -167,7 +171,10 @@ __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
       heads_stage(As, A + p0 * lda + i0, lda, kk, m - i0, HEADS_TK, HEADS_TM, 0, w);
     else /* A is m x k */
       heads_stage(As, A + i0 * lda + p0, lda, m - i0, kk, HEADS_TM, HEADS_TK, 0, w);
-    heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 1, w);
+    if (trans_b) /* B is n x k */
+      heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 1, w);
+    else /* B is k x n */
+      heads_stage(Bs, B + p0 * ldb + j0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 0, w);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int p = 0; p < HEADS_TK; p++) {
       const float16 bv = vload16(0, Bs + p * HEADS_TN);
@@ -213,58 +220,42 @@ __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
  * work-item b m + i, global (batch m rounded up to the work-group), local (16). Each work-item
  * reads its operands straight from memory, with no staging and no barrier; the rows of one
  * product are neighbouring work-items, so its B is read from memory once and then from cache.
- *  - B as laid out (alpha V, dQ, dV): C[i][j0 .. j0 + 16) in one float16, a sum over p of
- *    op(A)[i][p] B[p][j0 ..], for each block of 16 columns; the last columns one by one.
- *  - B transposed (Q K^T, dalpha): C[i][j] one dot product of op(A)'s row i and B's row j, in
- *    float4 over p, then summed across the lanes (k a multiple of 4 and A as laid out;
- *    otherwise one term at a time).
- * gemm.c sends here every product with B as laid out, which this ran as fast as tiles (16 or
- * 32 wide) at 32 x 64 x 32 and 2.5 to 11 times faster at the lengths of real batches (7 to 36:
- * the tiles of 32 rows and 32 along the sum were mostly empty), and B transposed of fewer than
- * 16 columns (Q K^T 3 times faster at 7 keys; from 16 on the tiles are faster). Each element
- * is one sum in a fixed order; with B transposed not the tiles' order, so which kernel runs
- * depends only on the shape. */
-__kernel void gemm_heads_rows(uint m, uint n, uint k, float alpha, float beta,
-                              __global const float *A, uint a_off, uint lda, uint a_stride,
-                              int trans_a, __global const float *B, uint b_off, uint ldb,
-                              uint b_stride, int trans_b, __global float *C, uint c_off,
-                              uint ldc, uint c_stride, uint batch) {
-  const uint g = get_global_id(0);
-  if (g >= batch * m) return;
-  const uint b = g / m, i = g - b * m; /* not g % m: LLVM then adds a freeze, which
-                                          * Oclgrind's uninitialized-value checker rejects */
-  A += a_off + (ulong)b * a_stride;
-  B += b_off + (ulong)b * b_stride;
-  C += c_off + (ulong)b * c_stride + (size_t)i * ldc;
-  if (trans_b) { /* B is n x k */
-    for (uint j = 0; j < n; j++) {
-      __global const float *bj = B + (size_t)j * ldb;
-      float s = 0.0f;
-      if (!trans_a && k % 4 == 0) {
-        float4 acc = (float4)(0.0f); /* as fast as float16 here (memory-bound), and no
-                                       * halving to one float, on which Oclgrind's
-                                       * uninitialized-value checker fails */
-        for (uint p = 0; p < k; p += 4)
-          acc = mad(vload4(0, A + (size_t)i * lda + p), vload4(0, bj + p), acc);
-        s = dot(acc, (float4)(1.0f));
-      } else {
-        for (uint p = 0; p < k; p++)
-          s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p], bj[p], s);
-      }
-      const float v = alpha * s;
-      C[j] = beta != 0.0f ? v + beta * C[j] : v; /* beta 0 does not read C */
-    }
-    return;
-  }
+ * gemm.c sends here every product with B as laid out (gemm_heads_rows), which this ran as
+ * fast as tiles (16 or 32 wide) at 32 x 64 x 32 and 2.5 to 11 times faster at the lengths of
+ * real batches (7 to 36: the tiles of 32 rows and 32 along the sum were mostly empty), and
+ * those with B transposed of fewer than 16 columns (gemm_heads_dots: Q K^T 3 times faster at
+ * 7 keys; from 16 on the tiles are faster). Two kernels, not one with a branch: in one,
+ * gemm_heads_dots' code made PoCL compile gemm_heads_rows' 25% slower. Each element is one
+ * sum in a fixed order (in gemm_heads_dots not the tiles' order, so which kernel runs depends
+ * only on the shape). */
+#define HEADS_ROW_ARGS                                                                      \
+  uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,     \
+      uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,  \
+      uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride, uint batch
+/* this work-item's row: b, i, and A, B, C moved to product b (C to its row i); returns from
+ * the kernel past the last row */
+#define HEADS_ROW_START                                                                     \
+  const uint g = get_global_id(0);                                                          \
+  if (g >= batch * m) return;                                                               \
+  const uint b = g / m, i = g - b * m; /* not g % m: LLVM then adds a freeze, which       \
+                                        * Oclgrind's uninitialized-value checker rejects */ \
+  A += a_off + (ulong)b * a_stride;                                                         \
+  B += b_off + (ulong)b * b_stride;                                                         \
+  C += c_off + (ulong)b * c_stride + (size_t)i * ldc
+
+/* B as laid out (alpha V, dQ, dV), B k x n: C[i][j0 .. j0 + 16) in one float16, a sum over p
+ * of op(A)[i][p] B[p][j0 ..], for each block of 16 columns; the last columns one by one. */
+__kernel void gemm_heads_rows(HEADS_ROW_ARGS) {
+  HEADS_ROW_START;
   uint j0 = 0;
-  for (; j0 + 16 <= n; j0 += 16) { /* B is k x n */
+  for (; j0 + 16 <= n; j0 += 16) {
     float16 acc = (float16)(0.0f);
     for (uint p = 0; p < k; p++) {
       const float a = trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
       acc = mad((float16)(a), vload16(0, B + (size_t)p * ldb + j0), acc);
     }
     const float16 v = alpha * acc;
-    vstore16(beta != 0.0f ? v + beta * vload16(0, C + j0) : v, 0, C + j0);
+    vstore16(beta != 0.0f ? v + beta * vload16(0, C + j0) : v, 0, C + j0); /* beta 0: C unread */
   }
   for (uint j = j0; j < n; j++) {
     float s = 0.0f;
@@ -273,5 +264,29 @@ __kernel void gemm_heads_rows(uint m, uint n, uint k, float alpha, float beta,
               B[(size_t)p * ldb + j], s);
     const float v = alpha * s;
     C[j] = beta != 0.0f ? v + beta * C[j] : v;
+  }
+}
+
+/* B transposed (Q K^T, dalpha), B n x k: C[i][j] one dot product of op(A)'s row i and B's row
+ * j, in float4 over p and then across the lanes (k a multiple of 4 and A as laid out;
+ * otherwise one term at a time). float4 ran as fast as float16 here (memory-bound), and
+ * needs no halving of a vector to one float, on which Oclgrind's uninitialized-value checker
+ * fails. */
+__kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
+  HEADS_ROW_START;
+  for (uint j = 0; j < n; j++) {
+    __global const float *bj = B + (size_t)j * ldb;
+    float s = 0.0f;
+    if (!trans_a && k % 4 == 0) {
+      float4 acc = (float4)(0.0f);
+      for (uint p = 0; p < k; p += 4)
+        acc = mad(vload4(0, A + (size_t)i * lda + p), vload4(0, bj + p), acc);
+      s = dot(acc, (float4)(1.0f));
+    } else {
+      for (uint p = 0; p < k; p++)
+        s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p], bj[p], s);
+    }
+    const float v = alpha * s;
+    C[j] = beta != 0.0f ? v + beta * C[j] : v; /* beta 0 does not read C */
   }
 }

@@ -138,8 +138,9 @@ static const layer_case cases[] = {
      * elsewhere and in layers_group (RELCL_HEAD_GEMM): B transposed with n >= 16 in
      * gemm_heads' tiles (32 x 16, 32 deep; the model's shapes take the whole-tile paths, B
      * transposed through registers and non-temporal stores where a row is aligned, the others
-     * the edges), the rest in gemm_heads_rows (B^T with k a multiple of 4 and A as laid out:
-     * dot products across a float4; otherwise one term at a time). */
+     * the edges), the rest a work-item per row: gemm_heads_rows, and gemm_heads_dots for B^T
+     * (k a multiple of 4 and A as laid out: dot products across a float4; otherwise one term
+     * at a time). */
     {OP_BATCHED, "batched 1x1x1", 1, 1, 1, 0, 0},
     {OP_BATCHED, "batched 37x29x13", 37, 29, 13, 0, 0},
     {OP_BATCHED, "batched B^T 37x29x13", 37, 29, 13, 0, 2},

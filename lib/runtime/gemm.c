@@ -190,24 +190,23 @@ static relcl__args heads_args(relcl__kernel_entry *kern, size_t m, size_t n, siz
 
 /* The batched products on CPU contexts (ctx->gemm_heads), in relcl's kernels
  * (kernels/gemm.cl): gemm_heads' tiles for B transposed with n >= its tile's width (Q K^T,
- * dalpha), gemm_heads_rows, a work-item per row of C, for the rest. *kind: the kernel. */
+ * dalpha), a work-item per row of C for the rest (gemm_heads_rows with B as laid out,
+ * gemm_heads_dots with B transposed). *kind: the kernel. */
 static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                   size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                   size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                   float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                   size_t batch, cl_event *ev, const char **kind) {
   const bool tiles = trans_b && n >= RELCL_HEADS_TN;
-  *kind = tiles ? "gemm_heads" : "gemm_heads_rows";
+  *kind = tiles ? "gemm_heads" : trans_b ? "gemm_heads_dots" : "gemm_heads_rows";
   relcl__kernel_entry *kern;
   relcl_status st = relcl__kernel(ctx, "gemm", *kind, &kern);
   if (st != RELCL_OK) return st;
   relcl__args args =
       heads_args(kern, m, n, k, alpha, beta, a, lda, stride_a, trans_a, b, ldb, stride_b);
-  if (!tiles) {
-    cl_int tb = trans_b;
-    RELCL__ARG(&args, tb);
-  }
   cl_uint lc = (cl_uint)ldc, sc = (cl_uint)stride_c, nb = (cl_uint)batch;
+  cl_int tb = 1;
+  if (tiles) RELCL__ARG(&args, tb); /* gemm_heads' trans_b */
   relcl__buf_arg(&args, c, NULL);
   RELCL__ARG(&args, lc);
   RELCL__ARG(&args, sc);
