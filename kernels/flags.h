@@ -41,7 +41,7 @@
  * one work-item sums as one vector (an OpenCL vector width: 2, 4, 8 or 16) */
 #define RELCL_COL_VEC 8
 /* gemm.cl gemm_heads, whose grid gemm.c sizes: work-items a work-group, rows of the tile a
- * work-item, columns of the tile (one float16; also gemm.c's bound for gemm_heads_rows) */
+ * work-item, columns of the tile (one float16; narrower products go to gemm_heads_dots) */
 #define RELCL_HEADS_NW 4
 #define RELCL_HEADS_WM 8
 #define RELCL_HEADS_TN 16

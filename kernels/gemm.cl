@@ -243,6 +243,11 @@ __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
   B += b_off + (ulong)b * b_stride;                                                         \
   C += c_off + (ulong)b * c_stride + (size_t)i * ldc
 
+/* op(A)[i][p]: A m x k as laid out, or k x m transposed */
+inline float heads_a(__global const float *A, uint lda, int trans_a, uint i, uint p) {
+  return trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+}
+
 /* B as laid out (alpha V, dQ, dV), B k x n: C[i][j0 .. j0 + 16) in one float16, a sum over p
  * of op(A)[i][p] B[p][j0 ..], for each block of 16 columns; the last columns one by one. */
 __kernel void gemm_heads_rows(HEADS_ROW_ARGS) {
@@ -251,8 +256,8 @@ __kernel void gemm_heads_rows(HEADS_ROW_ARGS) {
   for (; j0 + 16 <= n; j0 += 16) {
     float16 acc = (float16)(0.0f);
     for (uint p = 0; p < k; p++) {
-      const float a = trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
-      acc = mad((float16)(a), vload16(0, B + (size_t)p * ldb + j0), acc);
+      acc = mad((float16)(heads_a(A, lda, trans_a, i, p)), vload16(0, B + (size_t)p * ldb + j0),
+                acc);
     }
     const float16 v = alpha * acc;
     vstore16(beta != 0.0f ? v + beta * vload16(0, C + j0) : v, 0, C + j0); /* beta 0: C unread */
@@ -260,8 +265,7 @@ __kernel void gemm_heads_rows(HEADS_ROW_ARGS) {
   for (uint j = j0; j < n; j++) {
     float s = 0.0f;
     for (uint p = 0; p < k; p++)
-      s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p],
-              B[(size_t)p * ldb + j], s);
+      s = mad(heads_a(A, lda, trans_a, i, p), B[(size_t)p * ldb + j], s);
     const float v = alpha * s;
     C[j] = beta != 0.0f ? v + beta * C[j] : v;
   }
@@ -284,7 +288,7 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
       s = dot(acc, (float4)(1.0f));
     } else {
       for (uint p = 0; p < k; p++)
-        s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p], bj[p], s);
+        s = mad(heads_a(A, lda, trans_a, i, p), bj[p], s);
     }
     const float v = alpha * s;
     C[j] = beta != 0.0f ? v + beta * C[j] : v; /* beta 0 does not read C */

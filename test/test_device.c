@@ -228,7 +228,6 @@ int main(void) {
   check_choice(cpu, "RELCL_HEAD_GEMM", (const char *const[2]){"relcl", "clblast"}, "cublas",
                took_relcl_heads);
 
-
   /* CLBlast tuning files: off, another device's, a malformed one, this device's */
   char driver[256] = "";
   clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
@@ -283,7 +282,6 @@ int main(void) {
   /* another device of this platform and type: borrowed, and said so with the fix */
   char tpname[256] = "";
   clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof tpname - 1, tpname, NULL);
-  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
   const char *tname = dtype & CL_DEVICE_TYPE_GPU ? "GPU"
                       : dtype & CL_DEVICE_TYPE_CPU ? "CPU"
                       : dtype & CL_DEVICE_TYPE_ACCELERATOR ? "ACCELERATOR"

@@ -167,27 +167,6 @@ static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size
                   beta, relcl_buf_at(c.mem, c.offset + whole * ldc), ldc, ev);
 }
 
-/* Sets the arguments gemm_heads and gemm_heads_rows share (kernels/gemm.cl). */
-static relcl__args heads_args(relcl__kernel_entry *kern, size_t m, size_t n, size_t k,
-                              float alpha, float beta, relcl_buf a, size_t lda, size_t stride_a,
-                              bool trans_a, relcl_buf b, size_t ldb, size_t stride_b) {
-  cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
-  cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, sa = (cl_uint)stride_a, sb = (cl_uint)stride_b;
-  cl_int ta = trans_a;
-  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-  for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
-  RELCL__ARG(&args, alpha);
-  RELCL__ARG(&args, beta);
-  relcl__buf_arg(&args, a, NULL);
-  RELCL__ARG(&args, la);
-  RELCL__ARG(&args, sa);
-  RELCL__ARG(&args, ta);
-  relcl__buf_arg(&args, b, NULL);
-  RELCL__ARG(&args, lb);
-  RELCL__ARG(&args, sb);
-  return args;
-}
-
 /* The batched products on CPU contexts (ctx->gemm_heads), in relcl's kernels
  * (kernels/gemm.cl): gemm_heads' tiles for B transposed with n >= its tile's width (Q K^T,
  * dalpha), a work-item per row of C for the rest (gemm_heads_rows with B as laid out,
@@ -202,16 +181,31 @@ static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b
   relcl__kernel_entry *kern;
   relcl_status st = relcl__kernel(ctx, "gemm", *kind, &kern);
   if (st != RELCL_OK) return st;
-  relcl__args args =
-      heads_args(kern, m, n, k, alpha, beta, a, lda, stride_a, trans_a, b, ldb, stride_b);
-  cl_uint lc = (cl_uint)ldc, sc = (cl_uint)stride_c, nb = (cl_uint)batch;
-  cl_int tb = 1;
-  if (tiles) RELCL__ARG(&args, tb); /* gemm_heads' trans_b */
+  cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
+  cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc, sa = (cl_uint)stride_a,
+          sb = (cl_uint)stride_b, sc = (cl_uint)stride_c, nb = (cl_uint)batch;
+  cl_int ta = trans_a, tb = 1;
+  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+  for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
+  RELCL__ARG(&args, alpha);
+  RELCL__ARG(&args, beta);
+  relcl__buf_arg(&args, a, NULL);
+  RELCL__ARG(&args, la);
+  RELCL__ARG(&args, sa);
+  RELCL__ARG(&args, ta);
+  relcl__buf_arg(&args, b, NULL);
+  RELCL__ARG(&args, lb);
+  RELCL__ARG(&args, sb);
+  if (tiles) RELCL__ARG(&args, tb); /* gemm_heads' trans_b: always, here */
   relcl__buf_arg(&args, c, NULL);
   RELCL__ARG(&args, lc);
   RELCL__ARG(&args, sc);
   if (!tiles) RELCL__ARG(&args, nb);
-  if (args.err != CL_SUCCESS) return relcl__cl_fail(args.err, "clSetKernelArg(gemm_heads)");
+  char what[64];
+  if (args.err != CL_SUCCESS) {
+    snprintf(what, sizeof what, "clSetKernelArg(%s)", *kind);
+    return relcl__cl_fail(args.err, what);
+  }
   cl_int err;
   if (tiles) {
     const size_t NW = RELCL_HEADS_NW, TM = RELCL_HEADS_NW * RELCL_HEADS_WM, TN = RELCL_HEADS_TN;
@@ -221,7 +215,9 @@ static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b
     size_t local = 16, global = (batch * m + local - 1) / local * local;
     err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 1, NULL, &global, &local, 0, NULL, ev);
   }
-  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_heads)");
+  if (err == CL_SUCCESS) return RELCL_OK;
+  snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", *kind);
+  return relcl__cl_fail(err, what);
 }
 
 relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,

@@ -79,7 +79,6 @@ void ref_xent_d(int rows, int V, double eps, int ignore_id, const double *logits
 /* first index of the largest non-NaN entry of each row (0 for a row of NaN) */
 void ref_argmax(int rows, int cols, const float *x, int ld, int32_t *out);
 
-/* One Adam step in double on n entries; clip_norm <= 0: no clipping. */
 /* A batch of products, row-major, each C_b = alpha op(A_b) op(B_b) + beta C_b in double:
  * op(A) is m x k (A as stored is k x m when ta), op(B) k x n (B as stored n x k when tb);
  * entry b's operands start b * stride into a, b and c. With beta 0, C is not read. */
@@ -87,6 +86,7 @@ void ref_gemm_batched(int ta, int tb, int m, int n, int k, double alpha, const f
                       int lda, size_t stride_a, const float *b, int ldb, size_t stride_b,
                       double beta, double *c, int ldc, size_t stride_c, int batch);
 
+/* One Adam step in double on n entries; clip_norm <= 0: no clipping. */
 void ref_adam(size_t n, double lr, double beta1, double beta2, double eps, uint64_t step,
               double grad_scale, double clip_norm, const float *grad, double *param, double *m,
               double *v);
