@@ -108,6 +108,33 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   __global float *a = probs + probs_off + (size_t)row * nk;
   __global float *bk = Bk + b_off + (size_t)row * R;
 
+#ifdef RELCL_ROW_ITEM
+  /* The item shape (CPUs): the unmasked keys are the prefix j < lim, and exp runs on whole
+   * vectors of it, then on its tail (loss.cl's pattern); the sum goes in lanes
+   * (relcl_lanes_sum). Scalar exp was half of this kernel's time on PoCL. */
+  const int lim = min(len, (flags & RELCL_CAUSAL) ? max(pq + 1, 0) : nk);
+  const int vend = lim - lim % RELCL_COL_VEC;
+  float mx = -FLT_MAX;
+  for (int j = 0; j < lim; j++) {
+    float e = s[j];
+    if (flags & RELCL_GATHER) e += p[(size_t)(relcl_label(j, pq, k) - rlo) * p_label];
+    e *= scale;
+    s[j] = e;
+    mx = fmax(mx, e);
+  }
+  RELCL_COL_VECTOR sum8 = 0.0f;
+  for (int j = 0; j < vend; j += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR e = exp(RELCL_COL_VLOAD(0, s + j) - mx);
+    RELCL_COL_VSTORE(e, 0, s + j);
+    sum8 += e;
+  }
+  float sum = relcl_lanes_sum(sum8);
+  for (int j = vend; j < lim; j++) {
+    const float e = exp(s[j] - mx);
+    s[j] = e;
+    sum += e;
+  }
+#else
   float mx = -FLT_MAX;
   for (int j = lid; j < nk; j += wg) {
     if (relcl_masked(j, pq, len, flags)) continue;
@@ -127,6 +154,7 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
       sum += e;
     }
   sum = relcl_row_sum(red, sum);
+#endif
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
 
   float left = 0.0f, right = 0.0f;
