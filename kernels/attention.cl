@@ -30,31 +30,39 @@ inline int relcl_masked(int j, int pq, int len, int flags) {
 
 /* Dropout decisions of row `row`'s keys. Key j's is word j mod 4 of the Philox call with
  * counter row * ceil(nk / 4) + floor(j / 4) (include/relcl.h): a row starts a call, so a
- * call decides four keys of one row. The item shape walks j in order and takes 32 keys (eight
- * calls) at a time from relcl_keep32 (vector integer arithmetic); the group shape, one key a
- * lane. Start with kc.j0 = -32 (nothing held). */
-typedef struct relcl_keeps {
-  int j0; /* keep[0][0] is key j0's, j0 a multiple of 32 */
-  int keep[4][8];
-} relcl_keeps;
-
-inline int relcl_row_keep(relcl_keeps *kc, int row, int nk, int j, uint stream_lo,
-                          uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
-  const ulong q_row = (ulong)row * (ulong)((nk + 3) / 4);
+ * call decides four keys of one row. The group shape takes one key a lane (relcl_row_keep);
+ * the item shape walks the row in order, eight keys at a time (relcl_row_mask8), and takes
+ * 32 keys (eight calls) at a time from relcl_keep_masks32 (vector integer arithmetic). */
 #ifdef RELCL_ROW_ITEM
-  if (j < kc->j0 || j >= kc->j0 + 32) {
-    kc->j0 = j & ~31;
-    relcl_keep32(kc->keep, q_row + (ulong)(kc->j0 / 4), stream_lo, stream_hi, seed_lo,
-                 seed_hi, threshold);
-  }
-  const int jj = j - kc->j0;
-  return kc->keep[jj & 3][jj >> 2];
-#else
-  (void)kc;
-  return relcl_keep(q_row + (ulong)(j / 4), (uint)(j & 3), stream_lo, stream_hi, seed_lo,
-                    seed_hi, threshold);
-#endif
+typedef struct relcl_masks {
+  int8 mk[4]; /* keys j0 .. j0+31, j0 the last multiple of 32 asked for */
+} relcl_masks;
+
+/* Keys j .. j+7's, -1 where kept: j a multiple of 8, called for every such j in order (each
+ * multiple of 32 computes the next 32) */
+inline int8 relcl_row_mask8(relcl_masks *km, int row, int nk, int j, uint stream_lo,
+                            uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
+  if ((j & 31) == 0)
+    relcl_keep_masks32(km->mk, (ulong)row * (ulong)((nk + 3) / 4) + (ulong)(j / 4), stream_lo,
+                       stream_hi, seed_lo, seed_hi, threshold);
+  return km->mk[(j >> 3) & 3];
 }
+
+/* the lanes of v added in order (through memory, as common.cl's relcl_lanes_sum) */
+inline float relcl_lanes_sum8(float8 v) {
+  float l[8];
+  vstore8(v, 0, l);
+  float s = l[0];
+  for (int i = 1; i < 8; i++) s += l[i];
+  return s;
+}
+#else
+inline int relcl_row_keep(int row, int nk, int j, uint stream_lo, uint stream_hi,
+                          uint seed_lo, uint seed_hi, uint threshold) {
+  return relcl_keep((ulong)row * (ulong)((nk + 3) / 4) + (ulong)(j / 4), (uint)(j & 3),
+                    stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+}
+#endif
 
 /* Label sums, part one: key j's value v goes straight into its interior label, or into the
  * running sums of the two edge labels. */
@@ -68,6 +76,22 @@ inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, 
   else if (r >= rlo && r < rlo + R)
     bk[r - rlo] = v;
 }
+
+#ifdef RELCL_ROW_ITEM
+/* The item shape's put of keys j .. j+7: as one vector where all eight have interior labels
+ * the block holds, else key by key */
+inline void relcl_bucket_put8(__global float *bk, int j, int pq, int k, int rlo, int R,
+                              float8 v, float *left, float *right) {
+  const int r = j - pq + k; /* key j's label, if it is interior */
+  if (k > 0 && r >= max(1, rlo) && r + 7 <= min(2 * k - 1, rlo + R - 1)) {
+    vstore8(v, 0, bk + (r - rlo));
+    return;
+  }
+  float t[8];
+  vstore8(v, 0, t);
+  for (int l = 0; l < 8; l++) relcl_bucket_put(bk, j + l, pq, k, rlo, R, t[l], left, right);
+}
+#endif
 
 /* Part two (every lane of the row calls it): the edge sums, and zeros for interior labels
  * whose key lies outside 0..nk-1. */
@@ -158,20 +182,46 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
 
   float left = 0.0f, right = 0.0f;
-  relcl_keeps kc;
-  kc.j0 = -32;
+#ifdef RELCL_ROW_ITEM
+  /* eight keys at a time; keys at or past lim (masked) get alpha 0 */
+  relcl_masks km;
+  for (int j = 0; j < nk; j += 8) {
+    int8 keep = (int8)(-1);
+    if (flags & RELCL_DROPOUT)
+      keep = relcl_row_mask8(&km, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
+                             drop_threshold);
+    if (j + 8 <= lim) {
+      const float8 alpha = vload8(0, s + j) * inv;
+      vstore8(alpha, 0, a + j);
+      float8 ad = alpha;
+      if (flags & RELCL_DROPOUT) ad = select((float8)(0.0f), alpha * drop_scale, keep);
+      vstore8(ad, 0, s + j);
+      if (flags & RELCL_BUCKET) relcl_bucket_put8(bk, j, pq, k, rlo, R, ad, &left, &right);
+      continue;
+    }
+    int kp[8];
+    vstore8(keep, 0, kp);
+    for (int l = 0; l < 8 && j + l < nk; l++) {
+      const float alpha = j + l < lim ? s[j + l] * inv : 0.0f;
+      a[j + l] = alpha;
+      const float ad = (flags & RELCL_DROPOUT) ? (kp[l] ? alpha * drop_scale : 0.0f) : alpha;
+      s[j + l] = ad;
+      if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j + l, pq, k, rlo, R, ad, &left, &right);
+    }
+  }
+#else
   for (int j = lid; j < nk; j += wg) {
     const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : s[j] * inv;
     a[j] = alpha;
     float ad = alpha;
     if (flags & RELCL_DROPOUT)
-      ad = relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
-                          drop_threshold)
+      ad = relcl_row_keep(row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi, drop_threshold)
                ? alpha * drop_scale
                : 0.0f;
     s[j] = ad;
     if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j, pq, k, rlo, R, ad, &left, &right);
   }
+#endif
   if (flags & RELCL_BUCKET) relcl_bucket_finish(bk, pq, nk, k, rlo, R, left, right, red);
 }
 
@@ -190,18 +240,41 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
   __global float *ad_out = A + a_off + (size_t)row * nk;
   __global float *bk = Bk + b_off + (size_t)row * R;
   float left = 0.0f, right = 0.0f;
-  relcl_keeps kc;
-  kc.j0 = -32;
+#ifdef RELCL_ROW_ITEM
+  /* eight keys at a time (masked keys' alpha is 0 already) */
+  relcl_masks km;
+  for (int j = 0; j < nk; j += 8) {
+    int8 keep = (int8)(-1);
+    if (flags & RELCL_DROPOUT)
+      keep = relcl_row_mask8(&km, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
+                             drop_threshold);
+    if (j + 8 <= nk) {
+      float8 ad = vload8(0, a + j);
+      if (flags & RELCL_DROPOUT) ad = select((float8)(0.0f), ad * drop_scale, keep);
+      if (flags & RELCL_WRITE_A) vstore8(ad, 0, ad_out + j);
+      if (flags & RELCL_BUCKET) relcl_bucket_put8(bk, j, pq, k, rlo, R, ad, &left, &right);
+      continue;
+    }
+    int kp[8];
+    vstore8(keep, 0, kp);
+    for (int l = 0; l < 8 && j + l < nk; l++) {
+      float ad = a[j + l];
+      if (flags & RELCL_DROPOUT) ad = kp[l] ? ad * drop_scale : 0.0f;
+      if (flags & RELCL_WRITE_A) ad_out[j + l] = ad;
+      if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j + l, pq, k, rlo, R, ad, &left, &right);
+    }
+  }
+#else
   for (int j = lid; j < nk; j += wg) {
     float ad = a[j];
     if (flags & RELCL_DROPOUT)
-      ad = relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
-                          drop_threshold)
+      ad = relcl_row_keep(row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi, drop_threshold)
                ? ad * drop_scale
                : 0.0f;
     if (flags & RELCL_WRITE_A) ad_out[j] = ad;
     if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j, pq, k, rlo, R, ad, &left, &right);
   }
+#endif
   if (flags & RELCL_BUCKET) relcl_bucket_finish(bk, pq, nk, k, rlo, R, left, right, red);
 }
 
@@ -227,16 +300,67 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   __global const float *a = probs + probs_off + (size_t)row * nk;
   __global float *cb = Cb + c_off + (size_t)row * R;
 
+#ifdef RELCL_ROW_ITEM
+  /* The item shape: eight keys at a time, the unmasked ones the prefix j < lim; the dot
+   * product in lanes (relcl_lanes_sum), then the keys of the partial vectors in order. */
+  const int lim = min(len, (flags & RELCL_CAUSAL) ? max(pq + 1, 0) : nk);
+  float8 dot8 = 0.0f;
+  float tail = 0.0f;
+  relcl_masks km;
+  for (int j = 0; j < nk; j += 8) {
+    int8 keep = (int8)(-1);
+    if (flags & RELCL_DROPOUT)
+      keep = relcl_row_mask8(&km, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
+                             drop_threshold);
+    if (j + 8 <= lim) {
+      float8 da = vload8(0, dd + j);
+      if (flags & RELCL_GATHER) {
+        float t[8];
+        for (int l = 0; l < 8; l++)
+          t[l] = g[(size_t)(relcl_label(j + l, pq, k) - rlo) * g_label];
+        da += vload8(0, t);
+      }
+      if (flags & RELCL_DROPOUT) da = select((float8)(0.0f), da * drop_scale, keep);
+      vstore8(da, 0, dd + j);
+      dot8 += vload8(0, a + j) * da;
+      continue;
+    }
+    int kp[8];
+    vstore8(keep, 0, kp);
+    for (int l = 0; l < 8 && j + l < nk; l++) {
+      float da = 0.0f;
+      if (j + l < lim) {
+        da = dd[j + l];
+        if (flags & RELCL_GATHER) da += g[(size_t)(relcl_label(j + l, pq, k) - rlo) * g_label];
+        if (flags & RELCL_DROPOUT) da = kp[l] ? da * drop_scale : 0.0f;
+      }
+      dd[j + l] = da;
+      tail += a[j + l] * da;
+    }
+  }
+  const float dot = relcl_lanes_sum8(dot8) + tail;
+
+  float left = 0.0f, right = 0.0f;
+  const int vend = nk - nk % 8;
+  for (int j = 0; j < vend; j += 8) {
+    const float8 de = vload8(0, a + j) * (vload8(0, dd + j) - dot) * scale;
+    vstore8(de, 0, dd + j);
+    if (flags & RELCL_BUCKET) relcl_bucket_put8(cb, j, pq, k, rlo, R, de, &left, &right);
+  }
+  for (int j = vend; j < nk; j++) {
+    const float de = a[j] * (dd[j] - dot) * scale;
+    dd[j] = de;
+    if (flags & RELCL_BUCKET) relcl_bucket_put(cb, j, pq, k, rlo, R, de, &left, &right);
+  }
+#else
   float dot = 0.0f;
-  relcl_keeps kc;
-  kc.j0 = -32;
   for (int j = lid; j < nk; j += wg) {
     float da = 0.0f;
     if (!relcl_masked(j, pq, len, flags)) {
       da = dd[j];
       if (flags & RELCL_GATHER) da += g[(size_t)(relcl_label(j, pq, k) - rlo) * g_label];
-      if ((flags & RELCL_DROPOUT) && !relcl_row_keep(&kc, row, nk, j, stream_lo, stream_hi,
-                                                     seed_lo, seed_hi, drop_threshold))
+      if ((flags & RELCL_DROPOUT) &&
+          !relcl_row_keep(row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi, drop_threshold))
         da = 0.0f;
       else if (flags & RELCL_DROPOUT)
         da *= drop_scale;
@@ -252,6 +376,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
     dd[j] = de;
     if (flags & RELCL_BUCKET) relcl_bucket_put(cb, j, pq, k, rlo, R, de, &left, &right);
   }
+#endif
   if (flags & RELCL_BUCKET) relcl_bucket_finish(cb, pq, nk, k, rlo, R, left, right, red);
 }
 

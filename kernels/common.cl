@@ -58,15 +58,24 @@ inline void relcl_philox8(uint8 word[4], ulong q0, uint stream_lo, uint stream_h
   word[0] = c0, word[1] = c1, word[2] = c2, word[3] = c3;
 }
 
-/* The 32 decisions of the eight consecutive calls q0 .. q0+7, relcl_keep's bit for bit:
- * keep[w][l] is word w of call q0 + l. For the item shape of the row kernels, where one
- * work-item walks a row's elements in order. */
-inline void relcl_keep32(int keep[4][8], ulong q0, uint stream_lo, uint stream_hi,
-                         uint seed_lo, uint seed_hi, uint threshold) {
+/* The 32 decisions of the eight consecutive calls q0 .. q0+7 in element order, relcl_keep's
+ * bit for bit: element 4c + w is word w of call q0 + c, and mk[b] lane l is element 8b + l's,
+ * -1 where kept and 0 where dropped. For the item shape, where a work-item takes 32 adjacent
+ * elements at a time (layers.cl's dropout_apply, attention.cl's rows) and applies the masks
+ * to float8s with select. */
+inline void relcl_keep_masks32(int8 mk[4], ulong q0, uint stream_lo, uint stream_hi,
+                               uint seed_lo, uint seed_hi, uint threshold) {
   uint8 w[4];
   relcl_philox8(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
-  const uint8 t = (uint8)(threshold);
-  for (int i = 0; i < 4; i++) vstore8(convert_int8(w[i] >= t) & (int8)(1), 0, keep[i]);
+  int8 m[4]; /* m[w] lane c: element 4c + w */
+  for (int i = 0; i < 4; i++) m[i] = w[i] >= (uint8)(threshold);
+  /* interleaved into element order: two calls a float8 */
+  const uint8 lo = (uint8)(0, 8, 1, 9, 2, 10, 3, 11), hi = lo + (uint8)(4),
+              first = (uint8)(0, 1, 8, 9, 2, 3, 10, 11), second = first + (uint8)(4);
+  const int8 t01 = shuffle2(m[0], m[1], lo), t23 = shuffle2(m[2], m[3], lo),
+             u01 = shuffle2(m[0], m[1], hi), u23 = shuffle2(m[2], m[3], hi);
+  mk[0] = shuffle2(t01, t23, first), mk[1] = shuffle2(t01, t23, second);
+  mk[2] = shuffle2(u01, u23, first), mk[3] = shuffle2(u01, u23, second);
 }
 
 /* Tree reductions over a power-of-two work-group, in a fixed order: the result does not
