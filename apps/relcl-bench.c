@@ -605,9 +605,9 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy
   qsort(e, (size_t)n, sizeof *e, by_ms);
   for (int i = 0; i < n; i++) e[i].e.name = e[i].name; /* the sort moved the names */
   printf(
-      "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s, SGEMM %dx%dx%d %.1f GFLOP/s "
-      "(relcl's CLBlast GEMM as tuned)\n",
-      pk->copy_gbs, pk->fma_gflops, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n, pk->sgemm_gflops);
+      "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s (float%d), SGEMM %dx%dx%d %.1f "
+      "GFLOP/s (relcl's CLBlast GEMM as tuned)\n",
+      pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n, pk->sgemm_gflops);
   printf("relative model, one step: kernels and GEMM shapes by device time; GEMMs in GFLOP/s "
          "(of the FMA peak, of the SGEMM), kernels in GB/s of the least traffic they need (of "
          "the copy bandwidth)\n");
@@ -633,6 +633,7 @@ static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, i
   cJSON *l = cJSON_AddObjectToObject(out, "limits");
   cJSON_AddNumberToObject(l, "copy_gb_per_s", pk->copy_gbs);
   cJSON_AddNumberToObject(l, "fma_gflop_per_s", pk->fma_gflops);
+  cJSON_AddNumberToObject(l, "fma_vector_width", pk->fma_width);
   cJSON_AddNumberToObject(l, "sgemm_gflop_per_s", pk->sgemm_gflops);
   cJSON_AddNumberToObject(l, "sgemm_n", pk->sgemm_n);
   cJSON *a = cJSON_AddArrayToObject(l, "relative_step_entries");

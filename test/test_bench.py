@@ -75,6 +75,8 @@ def main():
         lim = out["limits"]
         check(lim["copy_gb_per_s"] > 0 and lim["fma_gflop_per_s"] > 0 and lim["sgemm_gflop_per_s"] > 0,
               "device limits measured (copy, FMA, SGEMM)")
+        check(lim["fma_vector_width"] in (4, 8, 16),
+              "the FMA peak names the vector width it came from (%s)" % lim.get("fma_vector_width"))
         ent = lim["relative_step_entries"]
         gemms = [e for e in ent if "gflop_per_s" in e]
         check(any(e["part"] == "relative GEMMs" for e in gemms) and
