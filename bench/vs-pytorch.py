@@ -297,7 +297,15 @@ def main(argv):
                                          first["corpus"]["pairs"]))
     print("device: %s; CPU: %s" % (first["device"], cpu_model()))
     print("relcl's CLBlast tuning: %s" % first["tuning"])
-    print("PyTorch %s, %d threads, BLAS %s" % (tr0["torch"], tr0["threads"], blas))
+    core = tr0.get("openblas_core")
+    forced = tr0.get("openblas_coretype_env")
+    print("PyTorch %s, %d threads, BLAS %s%s" % (
+        tr0["torch"], tr0["threads"], blas,
+        "" if core is None else ", OpenBLAS kernels for %s (%s)" % (
+            core, "forced by OPENBLAS_CORETYPE=%s" % forced if forced else "its own choice")))
+    if forced:
+        print("note: OPENBLAS_CORETYPE=%s is set: PyTorch runs that CPU's kernels, not the ones "
+              "OpenBLAS picks for this one; unset it for what a user gets" % forced)
     print("load (1, 5, 15 min): %s before, %s after; %.0f s in all" % (load_before, load_after,
                                                                       time.time() - t0))
     print()
@@ -318,7 +326,8 @@ def main(argv):
         with open(a.json, "w") as f:
             json.dump({"model": model, "device": first["device"], "cpu": cpu_model(),
                        "tuning": first["tuning"], "torch": tr0["torch"],
-                       "threads": tr0["threads"], "blas": blas, "load_before": load_before,
+                       "threads": tr0["threads"], "blas": blas, "openblas_core": core,
+                       "openblas_coretype_env": forced, "load_before": load_before,
                        "load_after": load_after, "rounds": a.rounds,
                        "warmup_steps": a.warmup_steps, "steps": a.steps, "summary": S,
                        "ratio": ratio, "runs": res}, f, indent=1)
