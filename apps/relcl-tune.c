@@ -1334,6 +1334,10 @@ int main(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
+  /* What this program measures and checks is CLBlast's products: on a CPU device relcl would
+   * run them in its own gemm_cpu instead (RELCL_CPU_GEMM, lib/runtime/context.c), in its
+   * contexts here and in the step check's relcl-bench alike */
+  setenv("RELCL_CPU_GEMM", "clblast", 1);
   const char *device = getenv("RELCL_DEVICE"), *output = NULL, *budget_arg = NULL;
   const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
   bool quick = false, if_needed = false;

@@ -155,6 +155,16 @@ static const layer_case cases[] = {
     {OP_BATCHED, "batched B^T 7x7x64 (short Q K^T)", 7, 7, 64, 0, 2},
     {OP_BATCHED, "batched A^T B^T 9x5x13 beta", 9, 5, 13, 0, 7},
     {OP_BATCHED, "batched 7x64x7 (short alpha V)", 7, 64, 7, 0, 0},
+    /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (32 columns by 8 rows a
+     * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
+     * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */
+    {OP_BATCHED, "single 1x1x1", 1, 1, 1, 0, 8},
+    {OP_BATCHED, "single 37x29x13", 37, 29, 13, 0, 8},
+    {OP_BATCHED, "single A^T B^T 37x70x13 beta", 37, 70, 13, 0, 15},
+    {OP_BATCHED, "single B^T 64x96x40", 64, 96, 40, 0, 10},
+    {OP_BATCHED, "single A^T 40x64x300 beta", 40, 64, 300, 0, 13},
+    {OP_BATCHED, "single 17x33x129 beta", 17, 33, 129, 0, 12},
+    {OP_BATCHED, "single A^T 9x130x7", 9, 130, 7, 0, 9},
 };
 
 /* ---- helpers ---- */
@@ -540,7 +550,7 @@ static void check_transpose(relcl_context *ctx, const layer_case *c) {
  * 0, C holds NaN first (BLAS: C is not read); the gaps hold a sentinel that must stay. */
 static void check_batched(relcl_context *ctx, const layer_case *c) {
   const int ta = c->flag & 1, tb = (c->flag & 2) != 0, full = (c->flag & 4) != 0;
-  const size_t m = (size_t)c->a, n = (size_t)c->b, k = (size_t)c->c, batch = 3;
+  const size_t m = (size_t)c->a, n = (size_t)c->b, k = (size_t)c->c, batch = c->flag & 8 ? 1 : 3;
   const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
   const size_t sa = (ta ? k : m) * lda + 7, sb = (tb ? n : k) * ldb + 5, sc = m * ldc + 3;
   const size_t na = 5 + batch * sa, nb = 11 + batch * sb, nc = 2 + batch * sc;

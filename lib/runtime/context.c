@@ -155,13 +155,15 @@ static relcl_status lookup(const char *spec, cl_platform_id *platform, cl_device
 /* A choice between two ways of running something, `cpu` (*out true) on a CPU device and
  * `other` elsewhere, or what the environment variable `var` says, so that the tests run both
  * on one device; a bad value fails at creation naming it. A device of unknown type gets
- * `other`, which is right everywhere and only slower on a CPU. Two such choices:
+ * `other`, which is right everywhere and only slower on a CPU. Three such choices:
  *  - the shape of the row kernels (kernels/common.cl), RELCL_ROW_KERNELS=item|group: a
  *    work-item per row on a CPU, whose OpenCL driver runs a work-group as loops cut at every
  *    barrier (PoCL), a work-group per row elsewhere;
  *  - who computes the batched per-head products (gemm.c), RELCL_HEAD_GEMM=relcl|clblast:
  *    relcl's kernels (kernels/gemm.cl) on a CPU, where they run them 2.5 times faster and
- *    more than CLBlast's direct kernel, CLBlast elsewhere. */
+ *    more than CLBlast's direct kernel, CLBlast elsewhere;
+ *  - who computes the single products (gemm.c), RELCL_CPU_GEMM=relcl|clblast: relcl's
+ *    gemm_cpu on a CPU, 2 to 5 times CLBlast's tuned Xgemm through PoCL, CLBlast elsewhere. */
 static relcl_status cpu_choice(const relcl_context *ctx, const char *var, const char *cpu,
                                const char *other, bool *out) {
   const char *env = getenv(var);
@@ -204,6 +206,8 @@ static relcl_status setup(relcl_context *ctx) {
   relcl_status st = cpu_choice(ctx, "RELCL_ROW_KERNELS", "item", "group", &ctx->row_item);
   if (st == RELCL_OK)
     st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
+  if (st == RELCL_OK)
+    st = cpu_choice(ctx, "RELCL_CPU_GEMM", "relcl", "clblast", &ctx->gemm_cpu);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
     st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, ctx->row_item, true,

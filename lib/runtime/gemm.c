@@ -220,6 +220,52 @@ static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b
   return relcl__cl_fail(err, what);
 }
 
+/* One product on CPU contexts (ctx->gemm_cpu), in relcl's gemm_cpu (kernels/gemm.cl): B
+ * transposed goes through a transposed copy first (the kernel reads B's rows), op(A) is read
+ * in place either way. CLBlast's Xgemm, tuned, ran the issue-8 model's products at 90-120
+ * GFLOP/s on the Zen 5 EPYC through PoCL, this kernel at 250-530 (README "One product on a
+ * CPU"). */
+static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                                size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                                relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
+                                cl_event *ev) {
+  cl_mem tb = NULL;
+  relcl_status st = RELCL_OK;
+  if (trans_b) {
+    st = transposed_copy(ctx, b, n, k, ldb, &tb);
+    b = relcl_buf_at(tb, 0), ldb = n;
+  }
+  relcl__kernel_entry *kern = NULL;
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "gemm_cpu", &kern);
+  if (st == RELCL_OK) {
+    cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
+    cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc;
+    cl_int ta = trans_a;
+    relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+    for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
+    RELCL__ARG(&args, alpha);
+    RELCL__ARG(&args, beta);
+    relcl__buf_arg(&args, a, NULL);
+    RELCL__ARG(&args, la);
+    RELCL__ARG(&args, ta);
+    relcl__buf_arg(&args, b, NULL);
+    RELCL__ARG(&args, lb);
+    relcl__buf_arg(&args, c, NULL);
+    RELCL__ARG(&args, lc);
+    if (args.err != CL_SUCCESS) {
+      st = relcl__cl_fail(args.err, "clSetKernelArg(gemm_cpu)");
+    } else {
+      /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
+      size_t global[2] = {(n + 31) / 32, (m + RELCL_CPU_MR - 1) / RELCL_CPU_MR}, local[2] = {1, 1};
+      cl_int err =
+          clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 2, NULL, global, local, 0, NULL, ev);
+      if (err != CL_SUCCESS) st = relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_cpu)");
+    }
+  }
+  relcl__pool_put(ctx, tb); /* the queue is in order: the product has read it */
+  return st;
+}
+
 relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                             bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
                             size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
@@ -237,7 +283,10 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
   size_t chunk = ctx->gemm_k_chunk;
-  if (batch == 1 && chunk > 0 && k > chunk + chunk / 2) {
+  if (batch == 1 && ctx->gemm_cpu) { /* the whole sum at once: no K_CHUNK, which is CLBlast's */
+    kind = "gemm_cpu";
+    st = cpu_product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
+  } else if (batch == 1 && chunk > 0 && k > chunk + chunk / 2) {
     /* the tuning's RelclGemm K_CHUNK (tuning.c): slices of equal length, accumulated into C
      * one after the other, always in the same order. The length is a multiple of 128 for a
      * K_CHUNK of 512 or more (every slice then starts where a sub-buffer can, and fills

@@ -67,6 +67,8 @@ struct relcl_context {
   size_t gemm_min_indirect; /* the tuning's GemmRoutine XGEMM_MIN_INDIRECT_SIZE, or 0 */
   size_t gemm_col_tile, gemm_k_tile; /* the tuning's Xgemm MWG and KWG, or 0 (gemm.c) */
   bool gemm_kernel_1;                /* the tuning's Xgemm GEMMK is 1 (gemm.c) */
+  bool gemm_cpu;   /* single products in relcl's gemm_cpu (kernels/gemm.cl), not CLBlast's:
+                   * CPUs, RELCL_CPU_GEMM */
   bool gemm_heads; /* batched products in relcl's gemm_heads (kernels/gemm.cl), not CLBlast's:
                     * CPUs, RELCL_HEAD_GEMM (context.c) */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
