@@ -45,8 +45,9 @@
 #define RELCL_HEADS_NW 4
 #define RELCL_HEADS_WM 8
 #define RELCL_HEADS_TN 16
-/* gemm.cl gemm_cpu: rows of C a work-item (gemm.c sizes the grid) */
-#define RELCL_CPU_MR 8
+/* gemm.cl gemm_cpu with vectors of W floats (RELCL_CPU_VEC, a build option): rows of C a
+ * work-item; its columns are 2 W (gemm.c sizes the grid) */
+#define RELCL_CPU_MR(W) ((W) >= 16 ? 8 : 6)
 /* common.cl RELCL_FOR_ELEMENTS in the item shape: elements a work-item */
 #define RELCL_ELEM_RUN 64
 

@@ -297,19 +297,30 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
 
 /* One product on CPU devices (gemm.c's cpu_product): C = alpha op(A) B + beta C, C m x n, B
  * k x n as laid out (gemm.c transposes a transposed B first), op(A) m x k (A m x k, or k x m
- * with trans_a). A work-item computes CPU_MR rows x 32 columns of C in 2 CPU_MR float16
- * accumulators: each step of the sum loads 32 floats of B's row p and multiplies them by
- * op(A)[i][p] of its rows. On PoCL the float16s are the AVX-512 registers (two AVX2 ones
- * each), and this simple shape ran the issue-8 model's products at 250-530 GFLOP/s on the
- * Zen 5 EPYC, where CLBlast's tuned Xgemm ran them at 90-120 (its float4 and float2 vectors
- * use a quarter of the register). Rows past m read row m - 1 and are not stored; the last
- * columns, if n is not a multiple of 32, go through a zero-padded copy of B's row. Each
- * element is one sum in order p = 0 .. k-1 (mad). Global (ceil(n / 32), ceil(m / MR)). */
-#define CPU_MR RELCL_CPU_MR
+ * with trans_a). A work-item computes CPU_MR rows x 2 W columns of C in 2 CPU_MR accumulators
+ * of W floats (W = RELCL_CPU_VEC, the device's native float vector width, a build option):
+ * each step of the sum loads 2 W floats of B's row p and multiplies them by op(A)[i][p] of
+ * its rows. On PoCL the vectors are the SIMD registers, and the accumulators fill most of
+ * them: 16 of AVX-512's 32 (W 16, 8 rows), 12 of AVX2's 16 (W 8, 6 rows). On the Zen 5 EPYC
+ * this ran the issue-8 model's products at 150-440 GFLOP/s, where CLBlast's tuned Xgemm ran
+ * them at 85-124 (its float4 and float2 vectors fill a quarter of a register). Rows past m
+ * read row m - 1 and are not stored; the last columns, if n is not a multiple of 2 W, go
+ * through a zero-padded copy of B's row. Each element is one sum in order p = 0 .. k-1
+ * (mad). Global (ceil(n / 2 W), ceil(m / CPU_MR)), local (1, 1). */
+#ifndef RELCL_CPU_VEC
+#define RELCL_CPU_VEC 16
+#endif
+#define CPU_W RELCL_CPU_VEC
+#define CPU_MR RELCL_CPU_MR(CPU_W)
+#define CPU_PASTE_(a, b) a##b
+#define CPU_PASTE(a, b) CPU_PASTE_(a, b)
+#define CPU_VEC CPU_PASTE(float, RELCL_CPU_VEC)
+#define CPU_VLOAD CPU_PASTE(vload, RELCL_CPU_VEC)
+#define CPU_VSTORE CPU_PASTE(vstore, RELCL_CPU_VEC)
 #define CPU_STEP(SP)                                                                        \
   {                                                                                         \
     _Pragma("unroll") for (int r = 0; r < CPU_MR; r++) {                                    \
-      const float16 av = (float16)(a[r][(SP)]);                                             \
+      const CPU_VEC av = (CPU_VEC)(a[r][(SP)]);                                             \
       c0[r] = mad(av, b0, c0[r]);                                                           \
       c1[r] = mad(av, b1, c1[r]);                                                           \
     }                                                                                       \
@@ -317,36 +328,36 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
 __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global const float *A,
                        uint a_off, uint lda, int trans_a, __global const float *B, uint b_off,
                        uint ldb, __global float *C, uint c_off, uint ldc) {
-  const uint j0 = get_global_id(0) * 32, i0 = get_global_id(1) * CPU_MR;
+  const uint j0 = get_global_id(0) * 2 * CPU_W, i0 = get_global_id(1) * CPU_MR;
   if (j0 >= n || i0 >= m) return;
   A += a_off;
   B += b_off + j0;
   C += c_off + j0;
   __global const float *a[CPU_MR];
-  float16 c0[CPU_MR], c1[CPU_MR];
+  CPU_VEC c0[CPU_MR], c1[CPU_MR];
   for (int r = 0; r < CPU_MR; r++) {
     const uint i = min(i0 + r, m - 1);
     a[r] = trans_a ? A + i : A + (size_t)i * lda;
-    c0[r] = c1[r] = (float16)(0.0f);
+    c0[r] = c1[r] = (CPU_VEC)(0.0f);
   }
-  if (j0 + 32 <= n) {
+  if (j0 + 2 * CPU_W <= n) {
     if (!trans_a) {
       for (uint p = 0; p < k; p++) {
-        const float16 b0 = vload16(0, B + (size_t)p * ldb), b1 = vload16(1, B + (size_t)p * ldb);
+        const CPU_VEC b0 = CPU_VLOAD(0, B + (size_t)p * ldb), b1 = CPU_VLOAD(1, B + (size_t)p * ldb);
         CPU_STEP(p)
       }
     } else {
       for (uint p = 0; p < k; p++) {
-        const float16 b0 = vload16(0, B + (size_t)p * ldb), b1 = vload16(1, B + (size_t)p * ldb);
+        const CPU_VEC b0 = CPU_VLOAD(0, B + (size_t)p * ldb), b1 = CPU_VLOAD(1, B + (size_t)p * ldb);
         CPU_STEP((size_t)p * lda)
       }
     }
   } else {
     const uint nn = n - j0;
     for (uint p = 0; p < k; p++) {
-      float t[32];
-      for (uint e = 0; e < 32; e++) t[e] = e < nn ? B[(size_t)p * ldb + e] : 0.0f;
-      const float16 b0 = vload16(0, t), b1 = vload16(1, t);
+      float t[2 * CPU_W];
+      for (uint e = 0; e < 2 * CPU_W; e++) t[e] = e < nn ? B[(size_t)p * ldb + e] : 0.0f;
+      const CPU_VEC b0 = CPU_VLOAD(0, t), b1 = CPU_VLOAD(1, t);
       CPU_STEP(trans_a ? (size_t)p * lda : p)
     }
   }
@@ -354,14 +365,14 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
   for (int r = 0; r < CPU_MR; r++) {
     if (i0 + r >= m) break;
     __global float *c = C + (size_t)(i0 + r) * ldc;
-    const float16 v0 = alpha * c0[r], v1 = alpha * c1[r];
-    if (j0 + 32 <= n) {
-      vstore16(beta != 0.0f ? v0 + beta * vload16(0, c) : v0, 0, c);
-      vstore16(beta != 0.0f ? v1 + beta * vload16(1, c) : v1, 1, c);
+    const CPU_VEC v0 = alpha * c0[r], v1 = alpha * c1[r];
+    if (j0 + 2 * CPU_W <= n) {
+      CPU_VSTORE(beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0, 0, c);
+      CPU_VSTORE(beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1, 1, c);
     } else {
-      float l[32];
-      vstore16(v0, 0, l);
-      vstore16(v1, 1, l);
+      float l[2 * CPU_W];
+      CPU_VSTORE(v0, 0, l);
+      CPU_VSTORE(v1, 1, l);
       for (uint e = 0; e < n - j0; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
     }
   }

@@ -208,6 +208,7 @@ static relcl_status setup(relcl_context *ctx) {
     st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
   if (st == RELCL_OK)
     st = cpu_choice(ctx, "RELCL_CPU_GEMM", "relcl", "clblast", &ctx->gemm_cpu);
+  ctx->cpu_vec = relcl__cpu_vec(ctx->device);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
     st = relcl__program_build(ctx->cl, ctx->platform, ctx->device, i, ctx->row_item, true,

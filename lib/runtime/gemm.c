@@ -256,7 +256,8 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
       st = relcl__cl_fail(args.err, "clSetKernelArg(gemm_cpu)");
     } else {
       /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
-      size_t global[2] = {(n + 31) / 32, (m + RELCL_CPU_MR - 1) / RELCL_CPU_MR}, local[2] = {1, 1};
+      const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
+      size_t global[2] = {(n + nr - 1) / nr, (m + mr - 1) / mr}, local[2] = {1, 1};
       cl_int err =
           clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 2, NULL, global, local, 0, NULL, ev);
       if (err != CL_SUCCESS) st = relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_cpu)");

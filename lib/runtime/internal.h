@@ -69,6 +69,7 @@ struct relcl_context {
   bool gemm_kernel_1;                /* the tuning's Xgemm GEMMK is 1 (gemm.c) */
   bool gemm_cpu;   /* single products in relcl's gemm_cpu (kernels/gemm.cl), not CLBlast's:
                    * CPUs, RELCL_CPU_GEMM */
+  int cpu_vec;     /* its vector width, relcl__cpu_vec */
   bool gemm_heads; /* batched products in relcl's gemm_heads (kernels/gemm.cl), not CLBlast's:
                     * CPUs, RELCL_HEAD_GEMM (context.c) */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
@@ -156,6 +157,9 @@ int relcl__program_index(const char *family);
 relcl_status relcl__program_source_text(int i, char **out);
 /* Build (or load from the binary cache) family i for a device, its row kernels in the item
  * shape (kernels/common.cl) or the group shape. */
+/* gemm_cpu's vector width on this device (kernels/gemm.cl RELCL_CPU_VEC): 16, 8 or 4 after
+ * its native float vector width (PoCL: the CPU's SIMD registers) */
+int relcl__cpu_vec(cl_device_id device);
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
                                   int i, bool row_item, bool use_cache, cl_program *out);
 /* Programs built from a cached binary (hits) and from source, counted over the process:

@@ -9,10 +9,21 @@
 #include <string.h>
 
 /* OpenCL C 1.2 everywhere; no -cl-fast-relaxed-math: it breaks masking on NVIDIA. The item
- * shape of the row kernels (kernels/common.cl) is a define; the options are part of the
- * binary cache's key, so the two shapes never share an entry. */
-static const char *build_options(bool row_item) {
-  return row_item ? "-cl-std=CL1.2 -DRELCL_ROW_ITEM" : "-cl-std=CL1.2";
+ * shape of the row kernels (kernels/common.cl) is a define, and so is gemm_cpu's vector
+ * width (relcl__cpu_vec); the options are part of the binary cache's key, so two builds
+ * never share an entry. */
+static const char *build_options(bool row_item, cl_device_id device, char *buf, size_t size) {
+  snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d", row_item ? " -DRELCL_ROW_ITEM" : "",
+           relcl__cpu_vec(device));
+  return buf;
+}
+
+int relcl__cpu_vec(cl_device_id device) {
+  cl_uint w = 0;
+  if (clGetDeviceInfo(device, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof w, &w, NULL) !=
+      CL_SUCCESS)
+    w = 0;
+  return w >= 16 ? 16 : w >= 8 ? 8 : 4;
 }
 
 int relcl__program_count(void) {
@@ -177,7 +188,8 @@ static void store_binary(cl_program prog, const char *dir, const char *key) {
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
                                   int i, bool row_item, bool use_cache, cl_program *out) {
   *out = NULL;
-  const char *options = build_options(row_item);
+  char optbuf[96];
+  const char *options = build_options(row_item, device, optbuf, sizeof optbuf);
   char *source = NULL;
   relcl_status st = relcl__program_source_text(i, &source);
   if (st != RELCL_OK) return st;
