@@ -37,7 +37,7 @@ typedef struct bench_peaks {
   double copy_gbs;     /* device-to-device copy, bytes read + written per second / 1e9 */
   double fma_gflops;   /* multiply-adds, 2 flops each: the best of float4, float8, float16 */
   int fma_width;       /* the vector width that gave it */
-  double sgemm_gflops; /* relcl's (CLBlast's) SGEMM at a large square shape, as tuned */
+  double sgemm_gflops; /* relcl's SGEMM at a large square shape (gemm_cpu on a CPU, CLBlast) */
   int sgemm_n;
 } bench_peaks;
 

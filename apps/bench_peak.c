@@ -1,8 +1,9 @@
 /* relcl-bench: the device's own limits, to say how far relcl's kernels and GEMMs are from
  * them. A copy kernel gives memory bandwidth, a kernel of independent fused multiply-adds the
  * arithmetic rate; both are built here from source (they are not relcl's) and timed with
- * OpenCL events on a queue of their own. The SGEMM figure is relcl's own GEMM (CLBlast, with
- * whatever tuning the context applied) at a large square shape. */
+ * OpenCL events on a queue of their own. The SGEMM figure is relcl's own GEMM at a large
+ * square shape, as a step runs it: gemm_cpu on a CPU, else CLBlast with whatever tuning the
+ * context applied. */
 #include "bench.h"
 #include "relcl_layers.h"
 
