@@ -30,10 +30,11 @@ build() {
 }
 
 # CLBlast's SGEMM parameters for this device: when none measured on it apply (another
-# device's, or CLBlast's defaults, which run several times slower on a CPU), measure them once
-# with relcl-tune --quick (a few minutes); the file goes to the cache directory's tuning/
-# folder, like the compiled kernels, so later runs skip this. A failed tuner leaves the
-# tuning relcl-info reports in place.
+# device's, or CLBlast's defaults), measure them once with relcl-tune --quick (a few
+# minutes); the file goes to the cache directory's tuning/ folder, like the compiled
+# kernels, so later runs skip this. On a CPU device relcl runs every product in its own
+# kernels, and relcl-tune says so and measures nothing. A failed tuner leaves the tuning
+# relcl-info reports in place.
 tune() {
   step "CLBlast tuning for this device (build/apps/relcl-tune --quick --if-needed)"
   build/apps/relcl-tune --quick --if-needed ||

@@ -73,7 +73,9 @@ static void usage(FILE *f) {
           "  --budget S     wall-clock time for the whole search (default 900; --quick: 240)\n"
           "  --quick        fewer shapes and one timing run per configuration\n"
           "  --*-shapes     comma-separated MxNxK products (Xgemm: multiples of 128)\n"
-          "  --if-needed    do nothing when tuning measured on this device already applies\n"
+          "  --if-needed    do nothing when tuning measured on this device already applies, or\n"
+          "                 on a CPU device, where relcl's own kernels run the products\n"
+          "                 (unless RELCL_CPU_GEMM=clblast)\n"
           "  --step-check   time the candidates on the tiny preset's step (full, default),\n"
           "                 on a 1+1-layer model (quick), or not at all (off: the tuners' result)\n"
           "  --bench PATH   the relcl-bench to time steps with (default: next to relcl-tune)\n"
@@ -1337,6 +1339,8 @@ int main(int argc, char **argv) {
   /* What this program measures and checks is CLBlast's products: on a CPU device relcl would
    * run them in its own gemm_cpu instead (RELCL_CPU_GEMM, lib/runtime/context.c), in its
    * contexts here and in the step check's relcl-bench alike */
+  const char *cpu_gemm_env = getenv("RELCL_CPU_GEMM");
+  const bool user_clblast = cpu_gemm_env && strcmp(cpu_gemm_env, "clblast") == 0;
   setenv("RELCL_CPU_GEMM", "clblast", 1);
   const char *device = getenv("RELCL_DEVICE"), *output = NULL, *budget_arg = NULL;
   const char *xgemm_arg = NULL, *direct_arg = NULL, *routine_arg = NULL;
@@ -1449,6 +1453,17 @@ int main(int argc, char **argv) {
   if (if_needed && relcl_context_tuning_fit(ctx) == RELCL_TUNING_EXACT) {
     printf("CLBlast tuning measured on %s applies already: %s\n", relcl_context_device_name(ctx),
            relcl_context_tuning(ctx));
+    relcl_context_destroy(ctx);
+    return 0;
+  }
+  cl_device_type dev_type = 0;
+  clGetDeviceInfo(relcl_context_device(ctx), CL_DEVICE_TYPE, sizeof dev_type, &dev_type, NULL);
+  if (if_needed && (dev_type & CL_DEVICE_TYPE_CPU) && !user_clblast) {
+    /* on a CPU relcl's own kernels run every product (RELCL_CPU_GEMM, RELCL_HEAD_GEMM): a
+     * CLBlast tuning would change nothing a user runs */
+    printf("no CLBlast tuning needed on %s: on a CPU device relcl runs its products in its own "
+           "kernels (with RELCL_CPU_GEMM=clblast it hands them to CLBlast; tune it then)\n",
+           relcl_context_device_name(ctx));
     relcl_context_destroy(ctx);
     return 0;
   }

@@ -10,7 +10,7 @@
     tuners' kernels;
   - the switch between CLBlast's direct and indirect kernels is timed on relcl's own
     middle-sized products and the fastest goes into the file;
-  - --if-needed does nothing when that file applies;
+  - --if-needed does nothing when that file applies, nor on a CPU (relcl's own kernels);
   - every step-check candidate's products were checked against a sum in double;
     --check FILE passes the file written, and fails in one line, exit 1, for parameters that
     compute wrong products (a GEMMK 1 set CLBlast 1.5 accepts: KREG 1 with VWN 8) and for a
@@ -173,6 +173,14 @@ def main():
         check(r.returncode == 0 and "applies already" in r.stdout
               and not os.path.exists(os.path.join(tmp, "never.json")),
               f"--if-needed does nothing when tuning for this device applies: {r.stdout.strip()}")
+        if tuned.get("device_type") == "CPU":
+            # on a CPU relcl's own kernels run the products: --if-needed measures nothing even
+            # when no tuning applies, unless RELCL_CPU_GEMM=clblast hands them to CLBlast
+            r = run([tune, "--if-needed", "--output", os.path.join(tmp, "never2.json")],
+                    env=dict(os.environ, RELCL_TUNING="off", RELCL_CPU_GEMM=""), timeout=120)
+            check(r.returncode == 0 and "no CLBlast tuning needed" in r.stdout
+                  and not os.path.exists(os.path.join(tmp, "never2.json")),
+                  f"--if-needed on a CPU with no tuning: nothing to measure: {r.stdout.strip()}")
 
         # --check: the file just written passes; the same file with an Xgemm set that computes
         # wrong products (the indirect kernel from 64^3 on, so the check's products reach
