@@ -48,6 +48,11 @@
 /* gemm.cl gemm_cpu with vectors of W floats (RELCL_CPU_VEC, a build option): rows of C a
  * work-item; its columns are 2 W (gemm.c sizes the grid) */
 #define RELCL_CPU_MR(W) ((W) >= 16 ? 8 : 6)
+/* W itself comes as a build option (lib/runtime/program.c: the device's native float vector
+ * width, 16, 8 or 4); 16 where none is given */
+#ifndef RELCL_CPU_VEC
+#define RELCL_CPU_VEC 16
+#endif
 /* common.cl RELCL_FOR_ELEMENTS in the item shape: elements a work-item */
 #define RELCL_ELEM_RUN 64
 

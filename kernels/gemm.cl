@@ -307,9 +307,6 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
  * read row m - 1 and are not stored; the last columns, if n is not a multiple of 2 W, go
  * through a zero-padded copy of B's row. Each element is one sum in order p = 0 .. k-1
  * (mad). Global (ceil(n / 2 W), ceil(m / CPU_MR)), local (1, 1). */
-#ifndef RELCL_CPU_VEC
-#define RELCL_CPU_VEC 16
-#endif
 #define CPU_W RELCL_CPU_VEC
 #define CPU_MR RELCL_CPU_MR(CPU_W)
 #define CPU_PASTE_(a, b) a##b
