@@ -306,7 +306,9 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
  * them at 85-124 (its float4 and float2 vectors fill a quarter of a register). Rows past m
  * read row m - 1 and are not stored; the last columns, if n is not a multiple of 2 W, go
  * through a zero-padded copy of B's row. Each element is one sum in order p = 0 .. k-1
- * (mad). Global (ceil(n / 2 W), ceil(m / CPU_MR)), local (1, 1). */
+ * (mad). Global (ceil(n / 2 W), ceil(m / CPU_MR)), local (1, 1); with rows_first the two
+ * dimensions swap, so that consecutive work-items (which PoCL runs one after another on a
+ * thread) share B's columns rather than A's rows. */
 #define CPU_W RELCL_CPU_VEC
 #define CPU_MR RELCL_CPU_MR(CPU_W)
 #define CPU_PASTE_(a, b) a##b
@@ -324,8 +326,9 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
   }
 __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global const float *A,
                        uint a_off, uint lda, int trans_a, __global const float *B, uint b_off,
-                       uint ldb, __global float *C, uint c_off, uint ldc) {
-  const uint j0 = get_global_id(0) * 2 * CPU_W, i0 = get_global_id(1) * CPU_MR;
+                       uint ldb, __global float *C, uint c_off, uint ldc, int rows_first) {
+  const uint c_id = get_global_id(rows_first ? 1 : 0), r_id = get_global_id(rows_first ? 0 : 1);
+  const uint j0 = c_id * 2 * CPU_W, i0 = r_id * CPU_MR;
   if (j0 >= n || i0 >= m) return;
   A += a_off;
   B += b_off + j0;

@@ -155,7 +155,7 @@ static const layer_case cases[] = {
     {OP_BATCHED, "batched B^T 7x7x64 (short Q K^T)", 7, 7, 64, 0, 2},
     {OP_BATCHED, "batched A^T B^T 9x5x13 beta", 9, 5, 13, 0, 7},
     {OP_BATCHED, "batched 7x64x7 (short alpha V)", 7, 64, 7, 0, 0},
-    /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (32 columns by 8 rows a
+    /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (2 W columns by 8 or 6 rows a
      * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
      * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */
     {OP_BATCHED, "single 1x1x1", 1, 1, 1, 0, 8},
@@ -165,6 +165,10 @@ static const layer_case cases[] = {
     {OP_BATCHED, "single A^T 40x64x300 beta", 40, 64, 300, 0, 13},
     {OP_BATCHED, "single 17x33x129 beta", 17, 33, 129, 0, 12},
     {OP_BATCHED, "single A^T 9x130x7", 9, 130, 7, 0, 9},
+    /* a long weight gradient, in slices of 512 (512 + 488); a wide B (over 512 columns),
+     * whose work-items go down the rows first */
+    {OP_BATCHED, "single A^T 20x40x1000 beta", 20, 40, 1000, 0, 13},
+    {OP_BATCHED, "single B^T 10x600x5", 10, 600, 5, 0, 10},
 };
 
 /* ---- helpers ---- */
