@@ -191,6 +191,11 @@ static void consider(best_file *best, const relcl__tuning_device *dev, char *tex
 }
 
 #define RELCL__TUNE_HINT "run `relcl-tune --quick` (a few minutes) to measure this device"
+/* where relcl's own kernels run every product (a CPU: gemm_cpu and gemm_heads), CLBlast's
+ * tuning changes nothing, and the hint says so instead */
+#define RELCL__NO_TUNE_HINT                                                                  \
+  "no tuning needed: relcl's own kernels run every product on this device (CLBlast's only "  \
+  "with RELCL_CPU_GEMM=clblast and RELCL_HEAD_GEMM=clblast)"
 
 void relcl__tuning_apply(relcl_context *ctx) {
   relcl__tuning_device dev;
@@ -233,11 +238,12 @@ void relcl__tuning_apply(relcl_context *ctx) {
     for (int i = 0; best.fit != RELCL_TUNING_EXACT && relcl__tuning_sources[i]; i++)
       consider(&best, &dev, strdup(relcl__tuning_sources[i]), "shipped tuning");
   }
+  const char *hint = ctx->gemm_cpu && ctx->gemm_heads ? RELCL__NO_TUNE_HINT : RELCL__TUNE_HINT;
   if (best.fit == RELCL_TUNING_NONE) {
     snprintf(used, used_size, "none (CLBlast's defaults): %s; %s",
              env && env[0] ? "RELCL_TUNING's file is not for this platform and device type"
                            : "no tuning known for this platform and device type",
-             RELCL__TUNE_HINT);
+             hint);
     return;
   }
   cJSON *root = cJSON_Parse(best.text);
@@ -254,12 +260,12 @@ void relcl__tuning_apply(relcl_context *ctx) {
              "this CPU (%s); %s",
              dev.name, cJSON_IsString(from_cpu) ? "" : "a CPU it does not name",
              cJSON_IsString(from_cpu) ? from_cpu->valuestring : "", best.origin, n,
-             n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, dev.cpu, RELCL__TUNE_HINT);
+             n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, dev.cpu, hint);
   else
     snprintf(used, used_size,
              "borrowed from %.100s (%.400s, %d kernel%s%s%s): none measured on this device; %s",
              cJSON_IsString(from) ? from->valuestring : "another device", best.origin, n,
-             n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, RELCL__TUNE_HINT);
+             n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, hint);
   ctx->tuning_fit = best.fit;
   /* kept so that relcl-tune can time what is in force against its own result */
   ctx->tuning_kernels =
