@@ -1,5 +1,6 @@
 /* relcl: relation-aware self-attention (Shaw, Uszkoreit & Vaswani 2018) on any OpenCL 1.2
- * device. Relative terms run in relcl's own kernels, every GEMM in CLBlast.
+ * device. Relative terms run in relcl's own kernels; the GEMMs in CLBlast, or on a CPU device
+ * in relcl's own kernels (RELCL_CPU_GEMM, RELCL_HEAD_GEMM: README "Speed").
  *
  * Conventions
  * - Every fallible call returns relcl_status; relcl_last_error() then holds a one-line
@@ -99,7 +100,8 @@ const char *relcl_context_device_name(const relcl_context *ctx);
 /* Which CLBlast tuning parameters the context applied, in words for the user: a file path or
  * "shipped tuning" (measured on this device), "borrowed from DEVICE ..." (measured on another
  * device of the same platform and type), or "none (CLBlast's defaults) ..."; the last two say
- * how to measure this device (relcl-tune). See RELCL_TUNING. */
+ * how to measure this device (relcl-tune), or, where relcl's own kernels run every product
+ * (a CPU device), that no tuning is needed. See RELCL_TUNING. */
 const char *relcl_context_tuning(const relcl_context *ctx);
 /* How well the applied tuning fits the device. */
 typedef enum relcl_tuning_fit {
@@ -213,7 +215,9 @@ const char *relcl_profile_part_name(relcl_profile_part part);
 /* Timings of one kernel, or of one GEMM shape, summed since the last reset. */
 typedef struct relcl_profile_entry {
   const char *name; /* kernel name, "SGEMM[ A^T][ B^T] MxNxK xBATCH" for CLBlast's products,
-                     * "kernel MxNxK" for relcl's own; valid until reset */
+                     * the same with relcl's kernel (gemm_cpu, gemm_heads...) in place of SGEMM
+                     * for relcl's own products, "kernel MxNxK" for its label products; valid
+                     * until reset */
   relcl_profile_part part;
   double ms;        /* device time (CL_PROFILING_COMMAND_START to _END), summed */
   long calls;
