@@ -38,10 +38,11 @@ typedef struct relcl_masks {
   int8 mk[4]; /* keys j0 .. j0+31, j0 the last multiple of 32 asked for */
 } relcl_masks;
 
-/* Keys j .. j+7's, -1 where kept: j a multiple of 8, called for every such j in order (each
- * multiple of 32 computes the next 32) */
-inline int8 relcl_row_mask8(relcl_masks *km, int row, int nk, int j, uint stream_lo,
+/* Keys j .. j+7's, -1 where kept (all of them without RELCL_DROPOUT in flags): j a multiple
+ * of 8, called for every such j in order (each multiple of 32 computes the next 32) */
+inline int8 relcl_row_mask8(relcl_masks *km, int flags, int row, int nk, int j, uint stream_lo,
                             uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
+  if (!(flags & RELCL_DROPOUT)) return (int8)(-1);
   if ((j & 31) == 0)
     relcl_keep_masks32(km->mk, (ulong)row * (ulong)((nk + 3) / 4) + (ulong)(j / 4), stream_lo,
                        stream_hi, seed_lo, seed_hi, threshold);
@@ -186,10 +187,8 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   /* eight keys at a time; keys at or past lim (masked) get alpha 0 */
   relcl_masks km;
   for (int j = 0; j < nk; j += 8) {
-    int8 keep = (int8)(-1);
-    if (flags & RELCL_DROPOUT)
-      keep = relcl_row_mask8(&km, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
-                             drop_threshold);
+    const int8 keep = relcl_row_mask8(&km, flags, row, nk, j, stream_lo, stream_hi, seed_lo,
+                                      seed_hi, drop_threshold);
     if (j + 8 <= lim) {
       const float8 alpha = vload8(0, s + j) * inv;
       vstore8(alpha, 0, a + j);
@@ -244,10 +243,8 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
   /* eight keys at a time (masked keys' alpha is 0 already) */
   relcl_masks km;
   for (int j = 0; j < nk; j += 8) {
-    int8 keep = (int8)(-1);
-    if (flags & RELCL_DROPOUT)
-      keep = relcl_row_mask8(&km, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
-                             drop_threshold);
+    const int8 keep = relcl_row_mask8(&km, flags, row, nk, j, stream_lo, stream_hi, seed_lo,
+                                      seed_hi, drop_threshold);
     if (j + 8 <= nk) {
       float8 ad = vload8(0, a + j);
       if (flags & RELCL_DROPOUT) ad = select((float8)(0.0f), ad * drop_scale, keep);
@@ -308,10 +305,8 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   float tail = 0.0f;
   relcl_masks km;
   for (int j = 0; j < nk; j += 8) {
-    int8 keep = (int8)(-1);
-    if (flags & RELCL_DROPOUT)
-      keep = relcl_row_mask8(&km, row, nk, j, stream_lo, stream_hi, seed_lo, seed_hi,
-                             drop_threshold);
+    const int8 keep = relcl_row_mask8(&km, flags, row, nk, j, stream_lo, stream_hi, seed_lo,
+                                      seed_hi, drop_threshold);
     if (j + 8 <= lim) {
       float8 da = vload8(0, dd + j);
       if (flags & RELCL_GATHER) {
