@@ -256,14 +256,14 @@ void relcl__tuning_apply(relcl_context *ctx) {
              why[0] ? "; skipped " : "", why);
   else if (best.rank == 2)
     snprintf(used, used_size,
-             "borrowed from %.100s on %s%.60s (%.400s, %d kernel%s%s%s): none measured on "
+             "borrowed from %.100s on %s%.60s (%.300s, %d kernel%s%s%s): none measured on "
              "this CPU (%s); %s",
              dev.name, cJSON_IsString(from_cpu) ? "" : "a CPU it does not name",
              cJSON_IsString(from_cpu) ? from_cpu->valuestring : "", best.origin, n,
              n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, dev.cpu, hint);
   else
     snprintf(used, used_size,
-             "borrowed from %.100s (%.400s, %d kernel%s%s%s): none measured on this device; %s",
+             "borrowed from %.100s (%.300s, %d kernel%s%s%s): none measured on this device; %s",
              cJSON_IsString(from) ? from->valuestring : "another device", best.origin, n,
              n == 1 ? "" : "s", why[0] ? "; skipped " : "", why, hint);
   ctx->tuning_fit = best.fit;
