@@ -606,8 +606,10 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy
   for (int i = 0; i < n; i++) e[i].e.name = e[i].name; /* the sort moved the names */
   printf(
       "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s (float%d), SGEMM %dx%dx%d %.1f "
-      "GFLOP/s (relcl's GEMM as a step runs it: gemm_cpu on a CPU, CLBlast as tuned elsewhere)\n",
-      pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n, pk->sgemm_gflops);
+      "GFLOP/s (relcl's GEMM as a step runs it: gemm_cpu on a CPU, CLBlast as tuned "
+      "elsewhere)\n",
+      pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n,
+      pk->sgemm_gflops);
   printf("relative model, one step: kernels and GEMM shapes by device time; GEMMs in GFLOP/s "
          "(of the FMA peak, of the SGEMM), kernels in GB/s of the least traffic they need (of "
          "the copy bandwidth)\n");

@@ -1456,9 +1456,10 @@ int main(int argc, char **argv) {
     relcl_context_destroy(ctx);
     return 0;
   }
-  cl_device_type dev_type = 0;
-  clGetDeviceInfo(relcl_context_device(ctx), CL_DEVICE_TYPE, sizeof dev_type, &dev_type, NULL);
-  if (if_needed && (dev_type & CL_DEVICE_TYPE_CPU) && !user_clblast) {
+  cl_device_id dev = relcl_context_device(ctx);
+  cl_device_type type = 0;
+  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  if (if_needed && (type & CL_DEVICE_TYPE_CPU) && !user_clblast) {
     /* on a CPU relcl's own kernels run every product (RELCL_CPU_GEMM, RELCL_HEAD_GEMM): a
      * CLBlast tuning would change nothing a user runs */
     printf("no CLBlast tuning needed on %s: on a CPU device relcl runs its products in its own "
@@ -1470,14 +1471,11 @@ int main(int argc, char **argv) {
   if (if_needed)
     printf("no CLBlast tuning measured on %s yet (now: %s): measuring one, once for this "
            "device\n", relcl_context_device_name(ctx), relcl_context_tuning(ctx));
-  cl_device_id dev = relcl_context_device(ctx);
   cl_platform_id plat = NULL;
   char name[256] = "", driver[256] = "", pname[256] = "", pversion[512] = "", cpu[64] = "";
-  cl_device_type type = 0;
   snprintf(cpu, sizeof cpu, "%s", relcl_context_host_cpu(ctx));
   clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
   clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
-  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
   clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
   clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
   clGetPlatformInfo(plat, CL_PLATFORM_VERSION, sizeof pversion - 1, pversion, NULL);

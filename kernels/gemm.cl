@@ -340,17 +340,12 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
     a[r] = trans_a ? A + i : A + (size_t)i * lda;
     c0[r] = c1[r] = (CPU_VEC)(0.0f);
   }
+  const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
   if (j0 + 2 * CPU_W <= n) {
-    if (!trans_a) {
-      for (uint p = 0; p < k; p++) {
-        const CPU_VEC b0 = CPU_VLOAD(0, B + (size_t)p * ldb), b1 = CPU_VLOAD(1, B + (size_t)p * ldb);
-        CPU_STEP(p)
-      }
-    } else {
-      for (uint p = 0; p < k; p++) {
-        const CPU_VEC b0 = CPU_VLOAD(0, B + (size_t)p * ldb), b1 = CPU_VLOAD(1, B + (size_t)p * ldb);
-        CPU_STEP((size_t)p * lda)
-      }
+    for (uint p = 0; p < k; p++) {
+      __global const float *bp = B + (size_t)p * ldb;
+      const CPU_VEC b0 = CPU_VLOAD(0, bp), b1 = CPU_VLOAD(1, bp);
+      CPU_STEP(p * sp)
     }
   } else {
     const uint nn = n - j0;
@@ -358,7 +353,7 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
       float t[2 * CPU_W];
       for (uint e = 0; e < 2 * CPU_W; e++) t[e] = e < nn ? B[(size_t)p * ldb + e] : 0.0f;
       const CPU_VEC b0 = CPU_VLOAD(0, t), b1 = CPU_VLOAD(1, t);
-      CPU_STEP(trans_a ? (size_t)p * lda : p)
+      CPU_STEP(p * sp)
     }
   }
   /* beta 0 does not read C (BLAS's rule: C may hold anything, NaN included) */

@@ -202,7 +202,9 @@ done:
  * that sets only relcl's RelclGemm K_CHUNK: every product of the model with an inner
  * dimension over 1.5 chunk (here the feed-forward's d_ff 16, the weight gradients' 10 source
  * tokens, the output layer's backward over the vocabulary of 11) then runs as a sequence of
- * products over slices of it, accumulated into C, under each transpose the model uses. */
+ * products over slices of it, accumulated into C, under each transpose the model uses.
+ * K_CHUNK slices CLBlast's products only: on a CPU device the suite runs this with
+ * RELCL_CPU_GEMM=clblast (test/meson.build). */
 static relcl_context *with_k_chunk(relcl_context *ctx, long chunk) {
   cl_device_id dev = relcl_context_device(ctx);
   cl_platform_id plat;

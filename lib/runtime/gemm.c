@@ -167,6 +167,18 @@ static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size
                   beta, relcl_buf_at(c.mem, c.offset + whole * ldc), ldc, ev);
 }
 
+/* The arguments relcl's product kernels (kernels/gemm.cl) start with: m, n, k, alpha, beta,
+ * then A and its row length */
+static void product_args(relcl__args *args, size_t m, size_t n, size_t k, float alpha,
+                         float beta, relcl_buf a, size_t lda) {
+  cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k}, la = (cl_uint)lda;
+  for (int i = 0; i < 3; i++) RELCL__ARG(args, dims[i]);
+  RELCL__ARG(args, alpha);
+  RELCL__ARG(args, beta);
+  relcl__buf_arg(args, a, NULL);
+  RELCL__ARG(args, la);
+}
+
 /* The batched products on CPU contexts (ctx->gemm_heads), in relcl's kernels
  * (kernels/gemm.cl): gemm_heads' tiles for B transposed with n >= its tile's width (Q K^T,
  * dalpha), a work-item per row of C for the rest (gemm_heads_rows with B as laid out,
@@ -181,16 +193,11 @@ static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b
   relcl__kernel_entry *kern;
   relcl_status st = relcl__kernel(ctx, "gemm", *kind, &kern);
   if (st != RELCL_OK) return st;
-  cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
-  cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc, sa = (cl_uint)stride_a,
-          sb = (cl_uint)stride_b, sc = (cl_uint)stride_c, nb = (cl_uint)batch;
+  cl_uint lb = (cl_uint)ldb, lc = (cl_uint)ldc, sa = (cl_uint)stride_a, sb = (cl_uint)stride_b,
+          sc = (cl_uint)stride_c, nb = (cl_uint)batch;
   cl_int ta = trans_a, tb = 1;
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-  for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
-  RELCL__ARG(&args, alpha);
-  RELCL__ARG(&args, beta);
-  relcl__buf_arg(&args, a, NULL);
-  RELCL__ARG(&args, la);
+  product_args(&args, m, n, k, alpha, beta, a, lda);
   RELCL__ARG(&args, sa);
   RELCL__ARG(&args, ta);
   relcl__buf_arg(&args, b, NULL);
@@ -238,15 +245,10 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   relcl__kernel_entry *kern = NULL;
   if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "gemm_cpu", &kern);
   if (st == RELCL_OK) {
-    cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
-    cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc;
+    cl_uint lb = (cl_uint)ldb, lc = (cl_uint)ldc;
     cl_int ta = trans_a;
     relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-    for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
-    RELCL__ARG(&args, alpha);
-    RELCL__ARG(&args, beta);
-    relcl__buf_arg(&args, a, NULL);
-    RELCL__ARG(&args, la);
+    product_args(&args, m, n, k, alpha, beta, a, lda);
     RELCL__ARG(&args, ta);
     relcl__buf_arg(&args, b, NULL);
     RELCL__ARG(&args, lb);
@@ -290,41 +292,38 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   const char *kind = "SGEMM"; /* the profile's name of what ran */
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
-  size_t chunk = ctx->gemm_k_chunk;
-  if (batch == 1 && ctx->gemm_cpu) {
-    /* A weight gradient (A transposed) with a long sum goes in slices of 512, accumulated
-     * into C in order: each slice's panels of A and B then stay in cache. Zen 5, a harness:
-     * A^T 1024x256x4000 341 GFLOP/s against 216 in one piece, 256x1024x4000 236 against
-     * 198, 8000x256x1048 354 against 315. The other products run their whole sum at once
-     * (1048x256x8000: 530 in one piece). */
-    kind = "gemm_cpu";
-    const size_t len = trans_a && k > 768 ? 512 : k;
+  if (batch == 1) {
+    /* The sum in slices of len, accumulated into C one after the other, always in the same
+     * order (len = k: one piece). */
+    size_t len = k;
+    const size_t chunk = ctx->gemm_k_chunk;
+    if (ctx->gemm_cpu) {
+      /* A weight gradient (A transposed) with a long sum goes in slices of 512: each
+       * slice's panels of A and B then stay in cache. Zen 5, a harness: A^T 1024x256x4000
+       * 341 GFLOP/s against 216 in one piece, 256x1024x4000 236 against 198, 8000x256x1048
+       * 354 against 315. The other products run their whole sum at once (1048x256x8000: 530
+       * in one piece). */
+      kind = "gemm_cpu";
+      if (trans_a && k > 768) len = 512;
+    } else if (chunk > 0 && k > chunk + chunk / 2) {
+      /* the tuning's RelclGemm K_CHUNK (tuning.c), for CLBlast: slices of equal length, a
+       * multiple of 128 for a K_CHUNK of 512 or more (every slice then starts where a
+       * sub-buffer can, and fills CLBlast's tiles of up to 128 along K), else of 8 (the
+       * tests' small K_CHUNK) */
+      size_t pieces = (k + chunk - 1) / chunk, align = chunk >= 512 ? 128 : 8;
+      len = ((k + pieces - 1) / pieces + align - 1) / align * align;
+    }
     st = RELCL_OK;
     for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
-      size_t kk = k - k0 < len ? k - k0 : len;
-      st = cpu_product(ctx, trans_a, trans_b, m, n, kk, alpha,
-                       relcl_buf_at(a.mem, a.offset + (trans_a ? k0 * lda : k0)), lda,
-                       relcl_buf_at(b.mem, b.offset + (trans_b ? k0 : k0 * ldb)), ldb,
-                       k0 == 0 ? beta : 1.0f, c, ldc, k0 + kk == k ? evp : NULL);
+      const size_t kk = k - k0 < len ? k - k0 : len;
+      const relcl_buf ak = relcl_buf_at(a.mem, a.offset + (trans_a ? k0 * lda : k0)),
+                      bk = relcl_buf_at(b.mem, b.offset + (trans_b ? k0 : k0 * ldb));
+      const float bb = k0 == 0 ? beta : 1.0f;
+      cl_event *e = k0 + kk == k ? evp : NULL;
+      st = (ctx->gemm_cpu ? cpu_product : product)(ctx, trans_a, trans_b, m, n, kk, alpha, ak,
+                                                    lda, bk, ldb, bb, c, ldc, e);
     }
-  } else if (batch == 1 && chunk > 0 && k > chunk + chunk / 2) {
-    /* the tuning's RelclGemm K_CHUNK (tuning.c): slices of equal length, accumulated into C
-     * one after the other, always in the same order. The length is a multiple of 128 for a
-     * K_CHUNK of 512 or more (every slice then starts where a sub-buffer can, and fills
-     * CLBlast's tiles of up to 128 along K), else of 8 (the tests' small K_CHUNK). */
-    size_t pieces = (k + chunk - 1) / chunk, align = chunk >= 512 ? 128 : 8;
-    size_t len = ((k + pieces - 1) / pieces + align - 1) / align * align;
-    st = RELCL_OK;
-    for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
-      size_t kk = k - k0 < len ? k - k0 : len;
-      st = product(ctx, trans_a, trans_b, m, n, kk, alpha,
-                     relcl_buf_at(a.mem, a.offset + (trans_a ? k0 * lda : k0)), lda,
-                     relcl_buf_at(b.mem, b.offset + (trans_b ? k0 : k0 * ldb)), ldb,
-                     k0 == 0 ? beta : 1.0f, c, ldc, k0 + kk == k ? evp : NULL);
-    }
-  } else if (batch == 1)
-    st = product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, evp);
-  else if (ctx->gemm_heads) {
+  } else if (ctx->gemm_heads) {
     st = heads_product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
                        stride_b, beta, c, ldc, stride_c, batch, evp, &kind);
   } else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
