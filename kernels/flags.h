@@ -40,14 +40,11 @@
 /* layers.cl colsum_partial, ln_param_partial in the item shape (common.cl): adjacent columns
  * one work-item sums as one vector (an OpenCL vector width: 2, 4, 8 or 16) */
 #define RELCL_COL_VEC 8
-/* gemm.cl gemm_heads, whose grid gemm.c sizes: work-items a work-group, rows of the tile a
- * work-item, columns of the tile (one float16; narrower products go to gemm_heads_dots) */
-#define RELCL_HEADS_NW 4
-#define RELCL_HEADS_WM 8
-#define RELCL_HEADS_TN 16
 /* gemm.cl gemm_cpu with vectors of W floats (RELCL_CPU_VEC, a build option): rows of C a
  * work-item; its columns are 2 W (gemm.c sizes the grid) */
 #define RELCL_CPU_MR(W) ((W) >= 16 ? 8 : 6)
+/* gemm.cl gemm_cpu_bt: the longest sum it takes (its local copy of B is this x 2 W floats) */
+#define RELCL_CPU_BT_KMAX 128
 /* W itself comes as a build option (lib/runtime/program.c: the device's native float vector
  * width, 16, 8 or 4); 16 where none is given */
 #ifndef RELCL_CPU_VEC

@@ -1,60 +1,24 @@
-/* The per-head products of attention on CPU devices (lib/runtime/gemm.c decides), a batch of
- * small row-major GEMMs C = alpha op(A) op(B) + beta C, C m x n, op(A) m x k, op(B) k x n:
- * Q K^T (32 x 32 x 64 in the issue-8 model), alpha V and its transposes (32 x 64 x 32), 500
- * at a time; in real batches the sentences' lengths (7 to 36 and more) instead of 32. CLBlast's
- * direct kernel runs them at 30-40% of its SGEMM rate on PoCL (its indirect one needs
- * parameters of its own for them, which CLBlast can only swap in by copying its database each
- * call). On GPUs CLBlast's kernel stays. Two kernels (README "Per-head products on a CPU"):
+/* relcl's own products on CPU devices (lib/runtime/gemm.c decides), row-major C = alpha
+ * op(A) op(B) + beta C, C m x n, op(A) m x k, op(B) k x n, one or a batch of them:
  *
- * gemm_heads_rows and gemm_heads_dots (at the end), a work-item per row of C, for every
- * product with B as laid out and for B transposed with fewer than 16 columns.
+ *   gemm_cpu     every single product (the linear layers, the output layer, their
+ *                gradients), and the batched per-head ones with B as laid out (alpha V, dV,
+ *                dQ, dK: 32 x 64 x 32 in the issue-8 model, 500 at a time);
+ *   gemm_cpu_bt  the batched ones with B transposed and 16 columns or more (Q K^T, dalpha =
+ *                dZ V^T: 32 x 32 x 64), gemm_cpu's sum over a transposed copy of B's block;
+ *   gemm_heads_dots  the same with fewer than 16 columns (short sentences).
  *
- * gemm_heads, tiles, for B transposed (Q K^T, dalpha) with 16 columns or more. The shape is a
- * CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM turns explicit vectors
- * into SIMD registers. A work-group of HEADS_NW work-items computes a tile of HEADS_TM x
- * HEADS_TN of one product; each work-item HEADS_WM rows of it, in HEADS_WM float16
- * accumulators (8 zmm on AVX-512, 16 ymm on AVX2). Each HEADS_TK slice of the sum is staged in
- * local memory first, zero past the matrices' edges, so the inner loop has constant bounds
- * (LLVM unrolls it; with a run-time bound it ran 25-40% slower):
- *   As: op(A)'s rows i, as A is laid out (transposed: As[p][i]; not: As[i][p])
- *   Bs: op(B) as Bs[p][j], transposed as it is staged (through registers in whole blocks).
- * Each element of C is one sum in order p = 0 .. k-1 (mad), the same on every run.
- *
- * The operands come from memory, not cache (the batch is megabytes), and the hardware
- * prefetcher does not guess the next product's rows: each work-group first asks for the
- * same tile of the next product in the batch, which the next work-groups on its thread
- * compute (PoCL hands a thread consecutive work-groups). On PoCL (Zen 5, operands that change
- * every call) that ran Q K^T 25% faster. OpenCL's prefetch() does nothing on PoCL; clang's
- * __builtin_prefetch does, where the compiler is clang and the target a CPU; elsewhere
- * HEADS_PREFETCH is 0 and the kernel asks for nothing. With beta 0, C is written around the
- * caches (non-temporal stores, x86 only: HEADS_STREAM), so writing it does not first read
- * each line from memory: in relcl-bench's issue-8 run that ran the products 10-30% faster and
- * the kernels that read C next (attention rows, head merge) no slower.
- *
- * Global (ceil(n / TN) * NW, ceil(m / TM), batch), local (NW, 1, 1). NW, WM and TN are
- * flags.h's RELCL_HEADS_*, which gemm.c sizes the grid from. */
-#define HEADS_NW RELCL_HEADS_NW
-#define HEADS_WM RELCL_HEADS_WM
-#define HEADS_TM (HEADS_NW * HEADS_WM)
-#define HEADS_TN RELCL_HEADS_TN
-#define HEADS_TK 32
-/* clang's builtins where the compiler is clang (and for the first two the target a CPU),
- * standard OpenCL C elsewhere, and where RELCL_PORTABLE is defined (the suite's
- * layers_portable runs the batched products so) */
+ * The shape is a CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM turns
+ * explicit vectors into SIMD registers; CLBlast's kernels, written for GPUs, ran the same
+ * products at a quarter to a half of these (README "One product on a CPU", "Per-head products
+ * on a CPU"). Each element of C is one sum in a fixed order (mad), the same on every run. */
+
+/* clang's builtin shuffle where the compiler is clang, standard OpenCL C elsewhere, and where
+ * RELCL_PORTABLE is defined (the suite's layers_portable runs the products so) */
 #if defined(__clang__) && !defined(RELCL_PORTABLE)
 #define HEADS_CLANG 1
 #else
 #define HEADS_CLANG 0
-#endif
-#if HEADS_CLANG && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__))
-#define HEADS_PREFETCH 1
-#else
-#define HEADS_PREFETCH 0
-#endif
-#if HEADS_CLANG && (defined(__x86_64__) || defined(__i386__))
-#define HEADS_STREAM 1
-#else
-#define HEADS_STREAM 0
 #endif
 
 /* Shuffles of two float16 by constant indices (0-15 the first, 16-31 the second): clang's
@@ -102,132 +66,11 @@ inline void heads_transpose16(__local float *dst, uint dst_ld, __global const fl
   _Pragma("unroll") for (int r = 0; r < 16; r++) vstore16(v[r], 0, dst + r * dst_ld);
 }
 
-/* dst (R x CC, row length CC) = the R x CC tile of src at its origin (ld), zero outside
- * rows_in x cols_in; transposed: dst[r][c] = src[c][r]. Work-item w copies rows w, w + NW...
- * R and CC are multiples of 16. */
-inline void heads_stage(__local float *dst, __global const float *src, uint ld, uint rows_in,
-                        uint cols_in, uint R, uint CC, int transposed, uint w) {
-  if (transposed && rows_in >= R && cols_in >= CC) { /* whole: in 16 x 16 blocks */
-    for (uint q = w; q < R / 16 * (CC / 16); q += HEADS_NW) {
-      const uint r = q % (R / 16) * 16, c = q / (R / 16) * 16;
-      heads_transpose16(dst + r * CC + c, CC, src + c * ld + r, ld);
-    }
-    return;
-  }
-  for (uint r = w; r < R; r += HEADS_NW)
-    for (uint c = 0; c < CC; c += 16) {
-      if (r >= rows_in || c >= cols_in)
-        vstore16((float16)(0.0f), 0, dst + r * CC + c);
-      else if (!transposed && c + 16 <= cols_in)
-        vstore16(vload16(0, src + r * ld + c), 0, dst + r * CC + c);
-      else
-        for (uint e = c; e < c + 16; e++)
-          dst[r * CC + e] = r < rows_in && e < cols_in
-                                ? src[transposed ? e * ld + r : r * ld + e]
-                                : 0.0f;
-    }
-}
-
-/* Ask for the rows x cols block at src (ld) to be brought into cache, a line (16 floats) at
- * a time; work-item w asks for rows w, w + NW... */
-inline void heads_prefetch(__global const float *src, uint ld, uint rows, uint cols, uint w) {
-#if HEADS_PREFETCH
-  for (uint r = w; r < rows; r += HEADS_NW)
-    for (uint c = 0; c < cols; c += 16) __builtin_prefetch(src + r * ld + c, 0, 3);
-#endif
-}
-
-/* Q K^T and dalpha = dZ V^T of 16 keys or more: gemm.c sends only products with B transposed
- * (trans_b 1) here, and every other batched product to gemm_heads_rows or gemm_heads_dots
- * below. The kernel keeps its branch for B as laid out, which gemm.c no longer reaches: without
- * it PoCL compiled the transposed path 10-15% slower (harness, Zen 5, 0.84-0.87 ms against
- * 0.74-0.78 for Q K^T 32 x 32 x 64 x500). */
-__kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
-    uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
-    uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
-    uint b_stride, int trans_b, __global float *C, uint c_off, uint ldc, uint c_stride) {
-  __local float As[HEADS_TM * HEADS_TK];
-  __local float Bs[HEADS_TK * HEADS_TN];
-  const uint w = get_local_id(0);
-  const uint j0 = get_group_id(0) * HEADS_TN, i0 = get_group_id(1) * HEADS_TM;
-  const ulong b = get_group_id(2);
-  A += a_off + b * a_stride;
-  B += b_off + b * b_stride;
-  C += c_off + b * c_stride;
-
-  if (HEADS_PREFETCH && b + 1 < get_num_groups(2)) {
-    const uint tm = min((uint)HEADS_TM, m - i0), tn = min((uint)HEADS_TN, n - j0);
-    if (trans_a) heads_prefetch(A + a_stride + i0, lda, k, tm, w);
-    else heads_prefetch(A + a_stride + i0 * lda, lda, tm, k, w);
-    if (trans_b) heads_prefetch(B + b_stride + j0 * ldb, ldb, tn, k, w);
-    else heads_prefetch(B + b_stride + j0, ldb, k, tn, w);
-  }
-  float16 acc[HEADS_WM];
-  for (int r = 0; r < HEADS_WM; r++) acc[r] = (float16)(0.0f);
-  for (uint p0 = 0; p0 < k; p0 += HEADS_TK) {
-    const uint kk = min((uint)HEADS_TK, k - p0);
-    barrier(CLK_LOCAL_MEM_FENCE); /* the last slice's reads are done */
-    if (trans_a) /* A is k x m */
-      heads_stage(As, A + p0 * lda + i0, lda, kk, m - i0, HEADS_TK, HEADS_TM, 0, w);
-    else /* A is m x k */
-      heads_stage(As, A + i0 * lda + p0, lda, m - i0, kk, HEADS_TM, HEADS_TK, 0, w);
-    if (trans_b) /* B is n x k */
-      heads_stage(Bs, B + j0 * ldb + p0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 1, w);
-    else /* B is k x n */
-      heads_stage(Bs, B + p0 * ldb + j0, ldb, kk, n - j0, HEADS_TK, HEADS_TN, 0, w);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int p = 0; p < HEADS_TK; p++) {
-      const float16 bv = vload16(0, Bs + p * HEADS_TN);
-      for (int r = 0; r < HEADS_WM; r++) {
-        const uint i = w * HEADS_WM + r;
-        const float a = trans_a ? As[p * HEADS_TM + i] : As[i * HEADS_TK + p];
-        acc[r] = mad((float16)(a), bv, acc[r]);
-      }
-    }
-  }
-
-  /* beta 0 does not read C (BLAS's rule: C may hold anything, NaN included) */
-  for (int r = 0; r < HEADS_WM; r++) {
-    const uint i = i0 + w * HEADS_WM + r;
-    if (i >= m) break;
-    __global float *c = C + i * ldc + j0;
-    const float16 v = alpha * acc[r];
-    if (j0 + 16 <= n) {
-#if HEADS_STREAM /* movntps wants the line's alignment */
-      if (beta == 0.0f && ((size_t)c & 63) == 0) {
-        __builtin_nontemporal_store(v, (__global float16 *)c);
-        continue;
-      }
-#endif
-      vstore16(beta != 0.0f ? v + beta * vload16(0, c) : v, 0, c);
-    } else {
-      float l[16];
-      vstore16(v, 0, l);
-      for (uint e = 0; e < n - j0; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
-    }
-  }
-#if HEADS_STREAM
-  /* Non-temporal stores are not ordered with later ones: drain them before the kernel ends.
-   * Once per work-group, after the barrier, on the thread that ran the group (a CPU runtime
-   * runs a work-group on one thread). An sfence per work-item stalls on each one's stores in
-   * turn: the products ran 30% slower than without any. */
-  barrier(CLK_GLOBAL_MEM_FENCE);
-  if (w == 0) __builtin_ia32_sfence();
-#endif
-}
-
-/* The products a tile fits badly, in a work-item per row of C: row i of product b is
- * work-item b m + i, global (batch m rounded up to the work-group), local (16). Each work-item
- * reads its operands straight from memory, with no staging and no barrier; the rows of one
- * product are neighbouring work-items, so its B is read from memory once and then from cache.
- * gemm.c sends here every product with B as laid out (gemm_heads_rows), which this ran as
- * fast as tiles (16 or 32 wide) at 32 x 64 x 32 and 2.5 to 11 times faster at the lengths of
- * real batches (7 to 36: the tiles of 32 rows and 32 along the sum were mostly empty), and
- * those with B transposed of fewer than 16 columns (gemm_heads_dots: Q K^T 3 times faster at
- * 7 keys; from 16 on the tiles are faster). Two kernels, not one with a branch: in one,
- * gemm_heads_dots' code made PoCL compile gemm_heads_rows' 25% slower. Each element is one
- * sum in a fixed order (in gemm_heads_dots not the tiles' order, so which kernel runs depends
- * only on the shape). */
+/* The batched products with B transposed and fewer than 16 columns (Q K^T of short
+ * sentences), a work-item per row of C: row i of product b is work-item b m + i, global
+ * (batch m rounded up to the work-group), local (16). Each reads its operands straight from
+ * memory, with no staging; the rows of one product are neighbouring work-items, so its B is
+ * read from memory once and then from cache (3 times faster than tiles at 7 keys). */
 #define HEADS_ROW_ARGS                                                                      \
   uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,     \
       uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,  \
@@ -246,29 +89,6 @@ __kernel __attribute__((reqd_work_group_size(HEADS_NW, 1, 1))) void gemm_heads(
 /* op(A)[i][p]: A m x k as laid out, or k x m transposed */
 inline float heads_a(__global const float *A, uint lda, int trans_a, uint i, uint p) {
   return trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
-}
-
-/* B as laid out (alpha V, dQ, dV), B k x n: C[i][j0 .. j0 + 16) in one float16, a sum over p
- * of op(A)[i][p] B[p][j0 ..], for each block of 16 columns; the last columns one by one. */
-__kernel void gemm_heads_rows(HEADS_ROW_ARGS) {
-  HEADS_ROW_START;
-  uint j0 = 0;
-  for (; j0 + 16 <= n; j0 += 16) {
-    float16 acc = (float16)(0.0f);
-    for (uint p = 0; p < k; p++) {
-      acc = mad((float16)(heads_a(A, lda, trans_a, i, p)), vload16(0, B + (size_t)p * ldb + j0),
-                acc);
-    }
-    const float16 v = alpha * acc;
-    vstore16(beta != 0.0f ? v + beta * vload16(0, C + j0) : v, 0, C + j0); /* beta 0: C unread */
-  }
-  for (uint j = j0; j < n; j++) {
-    float s = 0.0f;
-    for (uint p = 0; p < k; p++)
-      s = mad(heads_a(A, lda, trans_a, i, p), B[(size_t)p * ldb + j], s);
-    const float v = alpha * s;
-    C[j] = beta != 0.0f ? v + beta * C[j] : v;
-  }
 }
 
 /* B transposed (Q K^T, dalpha), B n x k: C[i][j] one dot product of op(A)'s row i and B's row
@@ -295,20 +115,23 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
   }
 }
 
-/* One product on CPU devices (gemm.c's cpu_product): C = alpha op(A) B + beta C, C m x n, B
- * k x n as laid out (gemm.c transposes a transposed B first), op(A) m x k (A m x k, or k x m
- * with trans_a). A work-item computes CPU_MR rows x 2 W columns of C in 2 CPU_MR accumulators
- * of W floats (W = RELCL_CPU_VEC, the device's native float vector width, a build option):
- * each step of the sum loads 2 W floats of B's row p and multiplies them by op(A)[i][p] of
- * its rows. On PoCL the vectors are the SIMD registers, and the accumulators fill most of
- * them: 16 of AVX-512's 32 (W 16, 8 rows), 12 of AVX2's 16 (W 8, 6 rows). On the Zen 5 EPYC
- * this ran the issue-8 model's products at 150-440 GFLOP/s, where CLBlast's tuned Xgemm ran
- * them at 85-124 (its float4 and float2 vectors fill a quarter of a register). Rows past m
- * read row m - 1 and are not stored; the last columns, if n is not a multiple of 2 W, go
- * through a zero-padded copy of B's row. Each element is one sum in order p = 0 .. k-1
- * (mad). Global (ceil(n / 2 W), ceil(m / CPU_MR)), local (1, 1); with rows_first the two
- * dimensions swap, so that consecutive work-items (which PoCL runs one after another on a
- * thread) share B's columns rather than A's rows. */
+/* Products with B as laid out on CPU devices (gemm.c's cpu_product): C = alpha op(A) B + beta C, C
+ * m x n, B k x n (gemm.c transposes a single product's transposed B first), op(A) m x k (A m x k,
+ * or k x m with trans_a); product b of a batch at b times each operand's stride. A work-item
+ * computes CPU_MR rows x 2 W columns of C in 2 CPU_MR accumulators of W floats (W = RELCL_CPU_VEC,
+ * the device's native float vector width, a build option): each step of the sum loads 2 W floats of
+ * B's row p and multiplies them by op(A)[i][p] of its rows. On PoCL the vectors are the SIMD
+ * registers, and the accumulators fill most of them: 16 of AVX-512's 32 (W 16, 8 rows), 12 of
+ * AVX2's 16 (W 8, 6 rows). On the Zen 5 EPYC this ran the issue-8 model's products at 150-440
+ * GFLOP/s, where CLBlast's tuned Xgemm ran them at 85-124 (its float4 and float2 vectors fill a
+ * quarter of a register). Rows past m read row m - 1 and are not stored; the last columns, if n is
+ * not a multiple of 2 W, go through a zero-padded copy of B's row. Each element is one sum in order
+ * p = 0 .. k-1 (mad). Global (ceil(n / 2 W), ceil(m / CPU_MR), batch), local (1, 1, 1); with
+ * rows_first the first two dimensions swap, so that consecutive work-items (which PoCL runs one
+ * after another on a thread) share B's columns rather than A's rows. The per-head products of the
+ * issue-8 step ran here at 150-185 GFLOP/s, about the speed at which a copy kernel moves their
+ * operands (relcl-bench, Zen 5), where gemm_heads_rows' one row a work-item, one accumulator at a
+ * time, ran them at 95. */
 #define CPU_W RELCL_CPU_VEC
 #define CPU_MR RELCL_CPU_MR(CPU_W)
 #define CPU_PASTE_(a, b) a##b
@@ -324,22 +147,44 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
       c1[r] = mad(av, b1, c1[r]);                                                           \
     }                                                                                       \
   }
+/* A block of C at rows i0 .. i0 + CPU_MR - 1: a[r], op(A)'s row i0 + r (rows past m read row
+ * m - 1, whose results are not stored), and its accumulators c0[r], c1[r], zero */
+#define CPU_BLOCK_START                                                                     \
+  __global const float *a[CPU_MR];                                                          \
+  CPU_VEC c0[CPU_MR], c1[CPU_MR];                                                           \
+  for (int r = 0; r < CPU_MR; r++) {                                                        \
+    const uint i = min(i0 + r, m - 1);                                                      \
+    a[r] = trans_a ? A + i : A + (size_t)i * lda;                                           \
+    c0[r] = c1[r] = (CPU_VEC)(0.0f);                                                        \
+  }
+
+/* Row c of a work-item's block of C: alpha times its two accumulators v0, v1, plus beta C
+ * (beta 0 does not read C: BLAS's rule, C may hold anything, NaN included); where fewer than
+ * 2 W columns (nn) are left, through a copy. */
+inline void cpu_store(__global float *c, CPU_VEC v0, CPU_VEC v1, float beta, uint nn) {
+  if (nn >= 2 * CPU_W) {
+    CPU_VSTORE(beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0, 0, c);
+    CPU_VSTORE(beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1, 1, c);
+  } else {
+    float l[2 * CPU_W];
+    CPU_VSTORE(v0, 0, l);
+    CPU_VSTORE(v1, 1, l);
+    for (uint e = 0; e < nn; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+  }
+}
+
 __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global const float *A,
-                       uint a_off, uint lda, int trans_a, __global const float *B, uint b_off,
-                       uint ldb, __global float *C, uint c_off, uint ldc, int rows_first) {
+                       uint a_off, uint lda, uint a_stride, int trans_a, __global const float *B,
+                       uint b_off, uint ldb, uint b_stride, __global float *C, uint c_off,
+                       uint ldc, uint c_stride, int rows_first) {
   const uint c_id = get_global_id(rows_first ? 1 : 0), r_id = get_global_id(rows_first ? 0 : 1);
   const uint j0 = c_id * 2 * CPU_W, i0 = r_id * CPU_MR;
   if (j0 >= n || i0 >= m) return;
-  A += a_off;
-  B += b_off + j0;
-  C += c_off + j0;
-  __global const float *a[CPU_MR];
-  CPU_VEC c0[CPU_MR], c1[CPU_MR];
-  for (int r = 0; r < CPU_MR; r++) {
-    const uint i = min(i0 + r, m - 1);
-    a[r] = trans_a ? A + i : A + (size_t)i * lda;
-    c0[r] = c1[r] = (CPU_VEC)(0.0f);
-  }
+  const ulong b = get_global_id(2);
+  A += a_off + b * a_stride;
+  B += b_off + b * b_stride + j0;
+  C += c_off + b * c_stride + j0;
+  CPU_BLOCK_START;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
   if (j0 + 2 * CPU_W <= n) {
     for (uint p = 0; p < k; p++) {
@@ -356,19 +201,49 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
       CPU_STEP(p * sp)
     }
   }
-  /* beta 0 does not read C (BLAS's rule: C may hold anything, NaN included) */
-  for (int r = 0; r < CPU_MR; r++) {
-    if (i0 + r >= m) break;
-    __global float *c = C + (size_t)(i0 + r) * ldc;
-    const CPU_VEC v0 = alpha * c0[r], v1 = alpha * c1[r];
-    if (j0 + 2 * CPU_W <= n) {
-      CPU_VSTORE(beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0, 0, c);
-      CPU_VSTORE(beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1, 1, c);
-    } else {
-      float l[2 * CPU_W];
-      CPU_VSTORE(v0, 0, l);
-      CPU_VSTORE(v1, 1, l);
-      for (uint e = 0; e < n - j0; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+  for (int r = 0; r < CPU_MR && i0 + r < m; r++)
+    cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, n - j0);
+}
+
+/* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha
+ * op(A) B^T + beta C, B n x k as laid out. A work-item computes one block of 2 W columns of
+ * one product, all of its rows: it first copies that block of B, transposed, into local
+ * memory (Bt[p][j], zero past n; 16 x 16 at a time in registers where the block is whole and
+ * k a multiple of 16), then runs gemm_cpu's sum, CPU_MR rows at a time, over every row, with
+ * B's block read from there. At most CPU_BT_KMAX terms (gemm.c cuts longer sums into slices).
+ * Each element is one sum in order p = 0 .. k-1 (mad). Global (ceil(n / 2 W), batch), local
+ * (1, 1). Q K^T of the issue-8 step: 130-137 GFLOP/s, where gemm_heads' tiles (a work-group
+ * of four work-items, each eight rows by one float16, B staged through local memory in slices
+ * of 32) ran at 92-94; a transposed copy of the whole batch's B for gemm_cpu, at 54. */
+#define CPU_BT_KMAX RELCL_CPU_BT_KMAX
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
+    uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
+    uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
+    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride) {
+  __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
+  const uint j0 = get_global_id(0) * 2 * CPU_W;
+  const ulong b = get_global_id(1);
+  A += a_off + b * a_stride;
+  B += b_off + b * b_stride + (size_t)j0 * ldb;
+  C += c_off + b * c_stride + j0;
+  const uint nn = min(n - j0, 2u * CPU_W);
+  if (2 * CPU_W % 16 == 0 && nn == 2 * CPU_W && k % 16 == 0) {
+    for (uint p = 0; p < k; p += 16)
+      for (uint j = 0; j < 2 * CPU_W; j += 16)
+        heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, B + (size_t)j * ldb + p, ldb);
+  } else {
+    for (uint p = 0; p < k; p++)
+      for (uint j = 0; j < 2 * CPU_W; j++)
+        Bt[p * 2 * CPU_W + j] = j < nn ? B[(size_t)j * ldb + p] : 0.0f;
+  }
+  const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
+  for (uint i0 = 0; i0 < m; i0 += CPU_MR) {
+    CPU_BLOCK_START;
+    for (uint p = 0; p < k; p++) {
+      const CPU_VEC b0 = CPU_VLOAD(0, Bt + p * 2 * CPU_W), b1 = CPU_VLOAD(1, Bt + p * 2 * CPU_W);
+      CPU_STEP(p * sp)
     }
+    for (int r = 0; r < CPU_MR && i0 + r < m; r++)
+      cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, nn);
   }
 }

@@ -134,13 +134,13 @@ static const layer_case cases[] = {
     {OP_TRANSPOSE, "transpose 130x9", 130, 9, 0, 0, 0},
     {OP_TRANSPOSE, "transpose 256x136", 256, 136, 0, 0, 0},
     /* batched products, 3 of them: a m, b n, c k; flag 1 = A transposed, 2 = B transposed,
-     * 4 = alpha -0.5 and beta 0.75 (else 1 and 0). On a CPU relcl's kernels (gemm.cl), CLBlast's
-     * elsewhere and in layers_group (RELCL_HEAD_GEMM): B transposed with n >= 16 in
-     * gemm_heads' tiles (32 x 16, 32 deep; the model's shapes take the whole-tile paths, B
-     * transposed through registers and non-temporal stores where a row is aligned, the others
-     * the edges), the rest a work-item per row: gemm_heads_rows, and gemm_heads_dots for B^T
-     * (k a multiple of 4 and A as laid out: dot products across a float4; otherwise one term
-     * at a time). */
+     * 4 = alpha -0.5 and beta 0.75 (else 1 and 0). On a CPU relcl's kernels (gemm.cl),
+     * CLBlast's elsewhere and in layers_group (RELCL_HEAD_GEMM): B as laid out in gemm_cpu (8
+     * or 6 rows by 2 W columns a work-item); B transposed with n >= 16 in gemm_cpu_bt (a block
+     * of 2 W columns of B transposed into local memory, through registers where whole and k a
+     * multiple of 16, element by element otherwise; sums over 128 in slices), with n < 16 in
+     * gemm_heads_dots (k a multiple of 4 and A as laid out: dot products across a float4;
+     * otherwise one term at a time). */
     {OP_BATCHED, "batched 1x1x1", 1, 1, 1, 0, 0},
     {OP_BATCHED, "batched 37x29x13", 37, 29, 13, 0, 0},
     {OP_BATCHED, "batched B^T 37x29x13", 37, 29, 13, 0, 2},
@@ -155,6 +155,10 @@ static const layer_case cases[] = {
     {OP_BATCHED, "batched B^T 7x7x64 (short Q K^T)", 7, 7, 64, 0, 2},
     {OP_BATCHED, "batched A^T B^T 9x5x13 beta", 9, 5, 13, 0, 7},
     {OP_BATCHED, "batched 7x64x7 (short alpha V)", 7, 64, 7, 0, 0},
+    {OP_BATCHED, "batched B^T 20x80x48 beta", 20, 80, 48, 0, 6},
+    {OP_BATCHED, "batched A^T B^T 40x64x32", 40, 64, 32, 0, 3},
+    {OP_BATCHED, "batched B^T 3x17x300 beta", 3, 17, 300, 0, 6},
+    {OP_BATCHED, "batched B^T 9x16x129", 9, 16, 129, 0, 2},
     /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (2 W columns by 8 or 6 rows a
      * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
      * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */

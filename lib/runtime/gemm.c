@@ -1,7 +1,7 @@
 /* The one place that calls CLBlast, and the one door to every GEMM: relcl is row-major
  * throughout; see product() for the column-major call. The batched per-head products go to
- * relcl's own kernel on CPUs (heads_product). */
-#include "flags.h" /* RELCL_HEADS_*: gemm_heads' tiles, shared with kernels/gemm.cl */
+ * relcl's own kernels on CPUs (kernels/gemm.cl). */
+#include "flags.h" /* RELCL_CPU_*: gemm_cpu's block and gemm_cpu_bt's longest sum */
 #include "internal.h"
 
 #include <clblast_c.h>
@@ -168,63 +168,52 @@ static relcl_status product(relcl_context *ctx, bool trans_a, bool trans_b, size
 }
 
 /* The arguments relcl's product kernels (kernels/gemm.cl) start with: m, n, k, alpha, beta,
- * then A and its row length */
-static void product_args(relcl__args *args, size_t m, size_t n, size_t k, float alpha,
-                         float beta, relcl_buf a, size_t lda) {
-  cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k}, la = (cl_uint)lda;
+ * then A, B, C, each with its row length and the distance between the products of a batch
+ * (A also whether it is transposed) */
+static void product_args(relcl__args *args, bool trans_a, size_t m, size_t n, size_t k,
+                         float alpha, relcl_buf a, size_t lda, size_t stride_a, relcl_buf b,
+                         size_t ldb, size_t stride_b, float beta, relcl_buf c, size_t ldc,
+                         size_t stride_c) {
+  const cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
+  const cl_uint la = (cl_uint)lda, sa = (cl_uint)stride_a, lb = (cl_uint)ldb,
+                sb = (cl_uint)stride_b, lc = (cl_uint)ldc, sc = (cl_uint)stride_c;
+  const cl_int ta = trans_a;
   for (int i = 0; i < 3; i++) RELCL__ARG(args, dims[i]);
   RELCL__ARG(args, alpha);
   RELCL__ARG(args, beta);
   relcl__buf_arg(args, a, NULL);
   RELCL__ARG(args, la);
+  RELCL__ARG(args, sa);
+  RELCL__ARG(args, ta);
+  relcl__buf_arg(args, b, NULL);
+  RELCL__ARG(args, lb);
+  RELCL__ARG(args, sb);
+  relcl__buf_arg(args, c, NULL);
+  RELCL__ARG(args, lc);
+  RELCL__ARG(args, sc);
 }
 
-/* The batched products on CPU contexts (ctx->gemm_heads), in relcl's kernels
- * (kernels/gemm.cl): gemm_heads' tiles for B transposed with n >= its tile's width (Q K^T,
- * dalpha), a work-item per row of C for the rest (gemm_heads_rows with B as laid out,
- * gemm_heads_dots with B transposed). *kind: the kernel. */
-static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
-                                  size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
-                                  size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
-                                  float beta, relcl_buf c, size_t ldc, size_t stride_c,
-                                  size_t batch, cl_event *ev, const char **kind) {
-  const bool tiles = trans_b && n >= RELCL_HEADS_TN;
-  *kind = tiles ? "gemm_heads" : trans_b ? "gemm_heads_dots" : "gemm_heads_rows";
+/* The batched products with B transposed and fewer than RELCL_DOTS_BELOW columns on CPU
+ * contexts (ctx->gemm_heads): gemm_heads_dots (kernels/gemm.cl), a work-item per row of C. */
+static relcl_status dots_product(relcl_context *ctx, bool trans_a, size_t m, size_t n, size_t k,
+                                 float alpha, relcl_buf a, size_t lda, size_t stride_a,
+                                 relcl_buf b, size_t ldb, size_t stride_b, float beta,
+                                 relcl_buf c, size_t ldc, size_t stride_c, size_t batch,
+                                 cl_event *ev) {
   relcl__kernel_entry *kern;
-  relcl_status st = relcl__kernel(ctx, "gemm", *kind, &kern);
+  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_heads_dots", &kern);
   if (st != RELCL_OK) return st;
-  cl_uint lb = (cl_uint)ldb, lc = (cl_uint)ldc, sa = (cl_uint)stride_a, sb = (cl_uint)stride_b,
-          sc = (cl_uint)stride_c, nb = (cl_uint)batch;
-  cl_int ta = trans_a, tb = 1;
+  const cl_uint nb = (cl_uint)batch;
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-  product_args(&args, m, n, k, alpha, beta, a, lda);
-  RELCL__ARG(&args, sa);
-  RELCL__ARG(&args, ta);
-  relcl__buf_arg(&args, b, NULL);
-  RELCL__ARG(&args, lb);
-  RELCL__ARG(&args, sb);
-  if (tiles) RELCL__ARG(&args, tb); /* gemm_heads' trans_b: always, here */
-  relcl__buf_arg(&args, c, NULL);
-  RELCL__ARG(&args, lc);
-  RELCL__ARG(&args, sc);
-  if (!tiles) RELCL__ARG(&args, nb);
-  char what[64];
-  if (args.err != CL_SUCCESS) {
-    snprintf(what, sizeof what, "clSetKernelArg(%s)", *kind);
-    return relcl__cl_fail(args.err, what);
-  }
-  cl_int err;
-  if (tiles) {
-    const size_t NW = RELCL_HEADS_NW, TM = RELCL_HEADS_NW * RELCL_HEADS_WM, TN = RELCL_HEADS_TN;
-    size_t global[3] = {(n + TN - 1) / TN * NW, (m + TM - 1) / TM, batch}, local[3] = {NW, 1, 1};
-    err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 3, NULL, global, local, 0, NULL, ev);
-  } else {
-    size_t local = 16, global = (batch * m + local - 1) / local * local;
-    err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 1, NULL, &global, &local, 0, NULL, ev);
-  }
-  if (err == CL_SUCCESS) return RELCL_OK;
-  snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", *kind);
-  return relcl__cl_fail(err, what);
+  product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+               stride_c);
+  RELCL__ARG(&args, nb);
+  if (args.err != CL_SUCCESS) return relcl__cl_fail(args.err, "clSetKernelArg(gemm_heads_dots)");
+  size_t local = 16, global = (batch * m + local - 1) / local * local;
+  cl_int err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 1, NULL, &global, &local, 0, NULL,
+                                      ev);
+  return err == CL_SUCCESS ? RELCL_OK
+                           : relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_heads_dots)");
 }
 
 /* One product on CPU contexts (ctx->gemm_cpu), in relcl's gemm_cpu (kernels/gemm.cl): B
@@ -234,8 +223,9 @@ static relcl_status heads_product(relcl_context *ctx, bool trans_a, bool trans_b
  * CPU"). */
 static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
-                                relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
-                                cl_event *ev) {
+                                size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
+                                float beta, relcl_buf c, size_t ldc, size_t stride_c,
+                                size_t batch, cl_event *ev) {
   cl_mem tb = NULL;
   relcl_status st = RELCL_OK;
   if (trans_b) {
@@ -245,15 +235,9 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   relcl__kernel_entry *kern = NULL;
   if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "gemm_cpu", &kern);
   if (st == RELCL_OK) {
-    cl_uint lb = (cl_uint)ldb, lc = (cl_uint)ldc;
-    cl_int ta = trans_a;
     relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-    product_args(&args, m, n, k, alpha, beta, a, lda);
-    RELCL__ARG(&args, ta);
-    relcl__buf_arg(&args, b, NULL);
-    RELCL__ARG(&args, lb);
-    relcl__buf_arg(&args, c, NULL);
-    RELCL__ARG(&args, lc);
+    product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                 ldc, stride_c);
     /* Which operand's panel consecutive work-items share: A's rows (the default), or, for
      * a wide B (over 512 columns: its whole is what falls out of cache), B's columns. Zen 5,
      * relcl-bench's issue-8 step: 4000x1024x256 and 1048x8000x256 (B^T) 7-20% faster with
@@ -265,16 +249,46 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     } else {
       /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
       const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
-      size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[2] = {1, 1};
-      size_t global[2] = {rows_first ? rows : cols, rows_first ? cols : rows};
+      size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
+      size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
       cl_int err =
-          clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 2, NULL, global, local, 0, NULL, ev);
+          clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 3, NULL, global, local, 0, NULL, ev);
       if (err != CL_SUCCESS) st = relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_cpu)");
     }
   }
   relcl__pool_put(ctx, tb); /* the queue is in order: the product has read it */
   return st;
 }
+
+/* A batch of products with B transposed on CPU contexts, in relcl's gemm_cpu_bt: a transposed
+ * copy of each block of B's rows in local memory, for gemm_cpu's sum (kernels/gemm.cl). */
+static relcl_status cpu_bt_product(relcl_context *ctx, bool trans_a, size_t m, size_t n,
+                                   size_t k, float alpha, relcl_buf a, size_t lda,
+                                   size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
+                                   float beta, relcl_buf c, size_t ldc, size_t stride_c,
+                                   size_t batch, cl_event *ev) {
+  relcl__kernel_entry *kern = NULL;
+  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_cpu_bt", &kern);
+  if (st != RELCL_OK) return st;
+  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+  product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+               stride_c);
+  if (args.err != CL_SUCCESS) return relcl__cl_fail(args.err, "clSetKernelArg(gemm_cpu_bt)");
+  const size_t nr = 2 * (size_t)ctx->cpu_vec;
+  size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
+  cl_int err =
+      clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 2, NULL, global, local, 0, NULL, ev);
+  return err == CL_SUCCESS ? RELCL_OK
+                           : relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_cpu_bt)");
+}
+
+/* Who runs a product (relcl__gemm_in decides): CLBlast, one or a batch; relcl's gemm_cpu,
+ * gemm_cpu_bt or gemm_heads_dots (kernels/gemm.cl) */
+typedef enum { CLBLAST_BATCHED, CLBLAST, CPU, CPU_BT, DOTS } how_t;
+
+/* Batched products with B transposed and fewer columns than this go to gemm_heads_dots: at 7
+ * keys it ran Q K^T 3 times faster than tiles 16 or 32 wide, from 16 on tiles are faster. */
+#define RELCL_DOTS_BELOW 16
 
 relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                             bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
@@ -289,23 +303,23 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
    * (padding and transposing A, B and C around the product): a marker before the call lets
    * the profile time all of them. */
   cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
-  const char *kind = "SGEMM"; /* the profile's name of what ran */
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
-  if (batch == 1) {
-    /* The sum in slices of len, accumulated into C one after the other, always in the same
-     * order (len = k: one piece). */
-    size_t len = k;
+  /* Who runs the product, and the sum in slices of len, accumulated into C one after the
+   * other, always in the same order (len = k: one piece). */
+  how_t how = CLBLAST_BATCHED;
+  size_t len = k;
+  if (batch == 1 && ctx->gemm_cpu) {
+    /* A weight gradient (A transposed) with a long sum goes in slices of 512: each slice's
+     * panels of A and B then stay in cache. Zen 5, a harness: A^T 1024x256x4000 341 GFLOP/s
+     * against 216 in one piece, 256x1024x4000 236 against 198, 8000x256x1048 354 against
+     * 315. The other products run their whole sum at once (1048x256x8000: 530 in one piece). */
+    how = CPU;
+    if (trans_a && k > 768) len = 512;
+  } else if (batch == 1) {
+    how = CLBLAST;
     const size_t chunk = ctx->gemm_k_chunk;
-    if (ctx->gemm_cpu) {
-      /* A weight gradient (A transposed) with a long sum goes in slices of 512: each
-       * slice's panels of A and B then stay in cache. Zen 5, a harness: A^T 1024x256x4000
-       * 341 GFLOP/s against 216 in one piece, 256x1024x4000 236 against 198, 8000x256x1048
-       * 354 against 315. The other products run their whole sum at once (1048x256x8000: 530
-       * in one piece). */
-      kind = "gemm_cpu";
-      if (trans_a && k > 768) len = 512;
-    } else if (chunk > 0 && k > chunk + chunk / 2) {
+    if (chunk > 0 && k > chunk + chunk / 2) {
       /* the tuning's RelclGemm K_CHUNK (tuning.c), for CLBlast: slices of equal length, a
        * multiple of 128 for a K_CHUNK of 512 or more (every slice then starts where a
        * sub-buffer can, and fills CLBlast's tiles of up to 128 along K), else of 8 (the
@@ -313,25 +327,45 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
       size_t pieces = (k + chunk - 1) / chunk, align = chunk >= 512 ? 128 : 8;
       len = ((k + pieces - 1) / pieces + align - 1) / align * align;
     }
-    st = RELCL_OK;
-    for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
-      const size_t kk = k - k0 < len ? k - k0 : len;
-      const relcl_buf ak = relcl_buf_at(a.mem, a.offset + (trans_a ? k0 * lda : k0)),
-                      bk = relcl_buf_at(b.mem, b.offset + (trans_b ? k0 : k0 * ldb));
-      const float bb = k0 == 0 ? beta : 1.0f;
-      cl_event *e = k0 + kk == k ? evp : NULL;
-      st = (ctx->gemm_cpu ? cpu_product : product)(ctx, trans_a, trans_b, m, n, kk, alpha, ak,
-                                                    lda, bk, ldb, bb, c, ldc, e);
+  } else if (ctx->gemm_heads) { /* the per-head products on a CPU */
+    how = !trans_b ? CPU : n >= RELCL_DOTS_BELOW ? CPU_BT : DOTS;
+    if (how == CPU_BT && k > RELCL_CPU_BT_KMAX) len = RELCL_CPU_BT_KMAX;
+  }
+  static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
+                                      "gemm_heads_dots"};
+  const char *kind = kinds[how]; /* the profile's name of what ran */
+  st = RELCL_OK;
+  for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
+    const size_t kk = k - k0 < len ? k - k0 : len;
+    const relcl_buf ak = relcl_buf_at(a.mem, a.offset + (trans_a ? k0 * lda : k0)),
+                    bk = relcl_buf_at(b.mem, b.offset + (trans_b ? k0 : k0 * ldb));
+    const float bb = k0 == 0 ? beta : 1.0f;
+    cl_event *e = k0 + kk == k ? evp : NULL;
+    switch (how) {
+    case CLBLAST:
+      st = product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, bk, ldb, bb, c, ldc, e);
+      break;
+    case CPU:
+      st = cpu_product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
+                       stride_b, bb, c, ldc, stride_c, batch, e);
+      break;
+    case CPU_BT:
+      st = cpu_bt_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b,
+                          bb, c, ldc, stride_c, batch, e);
+      break;
+    case DOTS:
+      st = dots_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b, bb,
+                        c, ldc, stride_c, batch, e);
+      break;
+    case CLBLAST_BATCHED: { /* CLBlast's direct kernel, which reads every layout in place */
+      CLBlastStatusCode code = CLBlastSgemmStridedBatched(
+          CLBlastLayoutRowMajor, transposed(trans_a), transposed(trans_b), m, n, kk, alpha, ak.mem,
+          ak.offset, lda, stride_a, bk.mem, bk.offset, ldb, stride_b, bb, c.mem, c.offset, ldc,
+          stride_c, batch, &ctx->queue, e);
+      st = code == CLBlastSuccess ? RELCL_OK : clblast_fail(code, "SGEMM", m, n, kk, batch);
+      break;
     }
-  } else if (ctx->gemm_heads) {
-    st = heads_product(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                       stride_b, beta, c, ldc, stride_c, batch, evp, &kind);
-  } else { /* the per-head products: CLBlast's direct kernel, which reads every layout in place */
-    CLBlastStatusCode code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, transposed(trans_a),
-                                      transposed(trans_b), m, n, k, alpha, a.mem, a.offset,
-                                      lda, stride_a, b.mem, b.offset, ldb, stride_b, beta,
-                                      c.mem, c.offset, ldc, stride_c, batch, &ctx->queue, evp);
-    st = code == CLBlastSuccess ? RELCL_OK : clblast_fail(code, "SGEMM", m, n, k, batch);
+    }
   }
   if (st == RELCL_OK && ev) {
     char name[160];
