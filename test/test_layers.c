@@ -136,9 +136,9 @@ static const layer_case cases[] = {
     /* batched products, 3 of them: a m, b n, c k; flag 1 = A transposed, 2 = B transposed,
      * 4 = alpha -0.5 and beta 0.75 (else 1 and 0). On a CPU relcl's kernels (gemm.cl),
      * CLBlast's elsewhere and in layers_group (RELCL_HEAD_GEMM): B as laid out in gemm_cpu (8
-     * or 6 rows by 2 W columns a work-item); B transposed with n >= 16 in gemm_cpu_bt (a block
+     * or 6 rows by 2 W columns a work-item); B transposed with n >= 12 in gemm_cpu_bt (a block
      * of 2 W columns of B transposed into local memory, through registers where whole and k a
-     * multiple of 16, element by element otherwise; sums over 128 in slices), with n < 16 in
+     * multiple of 16, element by element otherwise; sums over 128 in slices), with n < 12 in
      * gemm_heads_dots (k a multiple of 4 and A as laid out: dot products across a float4;
      * otherwise one term at a time). */
     {OP_BATCHED, "batched 1x1x1", 1, 1, 1, 0, 0},
@@ -159,6 +159,8 @@ static const layer_case cases[] = {
     {OP_BATCHED, "batched A^T B^T 40x64x32", 40, 64, 32, 0, 3},
     {OP_BATCHED, "batched B^T 3x17x300 beta", 3, 17, 300, 0, 6},
     {OP_BATCHED, "batched B^T 9x16x129", 9, 16, 129, 0, 2},
+    {OP_BATCHED, "batched B^T 10x11x64 beta", 10, 11, 64, 0, 6},
+    {OP_BATCHED, "batched B^T 10x12x64 beta", 10, 12, 64, 0, 6},
     /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (2 W columns by 8 or 6 rows a
      * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
      * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */

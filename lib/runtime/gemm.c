@@ -286,9 +286,11 @@ static relcl_status cpu_bt_product(relcl_context *ctx, bool trans_a, size_t m, s
  * gemm_cpu_bt or gemm_heads_dots (kernels/gemm.cl) */
 typedef enum { CLBLAST_BATCHED, CLBLAST, CPU, CPU_BT, DOTS } how_t;
 
-/* Batched products with B transposed and fewer columns than this go to gemm_heads_dots: at 7
- * keys it ran Q K^T 3 times faster than tiles 16 or 32 wide, from 16 on tiles are faster. */
-#define RELCL_DOTS_BELOW 16
+/* Batched products with B transposed and fewer columns than this go to gemm_heads_dots.
+ * relcl-train's real batches (Zen 5, 8 steps, two runs), Q K^T against gemm_cpu_bt: 7 and 8
+ * keys 17-18 and 10 ms against 33-34 and 15-16; 11 keys 14-15 ms either way; 12 keys 15-16
+ * against 13. */
+#define RELCL_DOTS_BELOW 12
 
 relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                             bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
