@@ -375,151 +375,52 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   if (flags & RELCL_BUCKET) relcl_bucket_finish(cb, pq, nk, k, rlo, R, left, right, red);
 }
 
+/* The products of a shared table on GPUs (attention.c; on CPUs relcl's gemm_cpu and
+ * gemm_cpu_bt run them, through gemm.c), an output a work-item. */
+
 /* A shared table's gradient, dW[r][c] = sum over rows of L[row][r] X[row][c] (L rows x R,
  * X rows x d), in two passes of fixed order: this one sums each chunk of `chunk` rows into
- * part (chunks, R, d), layers.cl's colsum_finish then the chunks. Group shape: global
- * (d, R, chunks), a column a work-item; item shape (CPUs): global (ceil(d / 8), ceil(R / 4),
- * chunks), four labels by eight adjacent columns a work-item as four float8 sums (a row of X
- * is read once for the four). */
+ * part (chunks, R, d), layers.cl's colsum_finish then the chunks. Global (d, R, chunks). */
 __kernel void table_grad_partial(__global const float *L, uint l_off, __global const float *X,
                                  uint x_off, __global float *part, uint rows, int R, int d,
                                  uint chunk) {
   const uint ch = get_global_id(2);
   const uint i0 = ch * chunk, i1 = min(rows, i0 + chunk);
-  __global const float *x = X + x_off;
-#ifdef RELCL_ROW_ITEM
-  const int r0 = 4 * (int)get_global_id(1), c0 = 8 * (int)get_global_id(0);
-  if (r0 >= R || c0 >= d) return;
-  const int nr = min(4, R - r0);
-  /* labels past the end read the last label and are not stored */
-  __global const float *l0 = L + l_off + r0, *l1 = L + l_off + min(r0 + 1, R - 1),
-                       *l2 = L + l_off + min(r0 + 2, R - 1), *l3 = L + l_off + min(r0 + 3, R - 1);
-  __global float *out = part + ((size_t)ch * R + r0) * d;
-  if (c0 + 8 <= d) {
-    float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    for (uint i = i0; i < i1; i++) {
-      const float8 v = vload8(0, x + (size_t)i * d + c0);
-      const size_t li = (size_t)i * R;
-      s0 += l0[li] * v, s1 += l1[li] * v, s2 += l2[li] * v, s3 += l3[li] * v;
-    }
-    vstore8(s0, 0, out + c0);
-    if (nr > 1) vstore8(s1, 0, out + d + c0);
-    if (nr > 2) vstore8(s2, 0, out + 2 * d + c0);
-    if (nr > 3) vstore8(s3, 0, out + 3 * d + c0);
-    return;
-  }
-  for (int q = 0; q < nr; q++)
-    for (int c = c0; c < d; c++) {
-      __global const float *l = L + l_off + r0 + q;
-#else
-  {
-    const int r = get_global_id(1), c = get_global_id(0), q = 0;
-    if (c >= d) return;
-    __global const float *l = L + l_off + r;
-    __global float *out = part + ((size_t)ch * R + r) * d;
-#endif
-      float s = 0.0f;
-      for (uint i = i0; i < i1; i++) s += l[(size_t)i * R] * x[(size_t)i * d + c];
-      out[(size_t)q * d + c] = s;
-    }
+  const int r = get_global_id(1), c = get_global_id(0);
+  if (c >= d) return;
+  __global const float *l = L + l_off + r, *x = X + x_off;
+  float s = 0.0f;
+  for (uint i = i0; i < i1; i++) s += l[(size_t)i * R] * x[(size_t)i * d + c];
+  part[((size_t)ch * R + r) * d + c] = s;
 }
 
 /* A shared table's label values (attention.c labels_from): out[c * rows + i] = sum over k of
  * X[i][k] W[c][k], for rows i < rows of X (rows x d) and labels c < R of the table's window
- * W (R x d), label-major as the row kernels gather them. Group shape: global (rows rounded
- * up, R), an output a work-item, T the window as it is. Item shape (CPUs): global
- * (ceil(rows / 4), 1), four rows a work-item, every label of them in blocks of eight (four
- * float8 sums a block), T the window transposed by table_window_t (d x R8). A work-item
- * takes all the blocks so that its rows of X are read from memory once: with a block a
- * work-item, the blocks ran in turn over all of X (4 MB in the issue-8 step) and read it
- * again for each. Each sum runs over k in order. */
-__kernel void labels_shared(__global const float *X, uint x_off, __global const float *T,
-                            uint t_off, __global float *out, uint out_off, uint rows, int R,
+ * W (R x d), label-major as the row kernels gather them. Global (rows rounded up, R). Each
+ * sum runs over k in order. */
+__kernel void labels_shared(__global const float *X, uint x_off, __global const float *W,
+                            uint w_off, __global float *out, uint out_off, uint rows, int R,
                             int d) {
-#ifdef RELCL_ROW_ITEM
-  const uint i0 = 4 * (uint)get_global_id(0);
-  const int R8 = (R + 7) / 8 * 8;
-  if (i0 >= rows) return;
-  /* rows past the end read the last row and are not stored */
-  __global const float *x0 = X + x_off + (size_t)i0 * d,
-                       *x1 = X + x_off + (size_t)min(i0 + 1, rows - 1) * d,
-                       *x2 = X + x_off + (size_t)min(i0 + 2, rows - 1) * d,
-                       *x3 = X + x_off + (size_t)min(i0 + 3, rows - 1) * d;
-  const uint nr = min(4u, rows - i0);
-  for (int c0 = 0; c0 < R; c0 += 8) {
-    __global const float *t = T + t_off + c0;
-    float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    for (int k = 0; k < d; k++) {
-      const float8 w = vload8(0, t + (size_t)k * R8);
-      s0 += x0[k] * w, s1 += x1[k] * w, s2 += x2[k] * w, s3 += x3[k] * w;
-    }
-    float v[4][8];
-    vstore8(s0, 0, v[0]), vstore8(s1, 0, v[1]), vstore8(s2, 0, v[2]), vstore8(s3, 0, v[3]);
-    const int nc = min(8, R - c0);
-    for (int c = 0; c < nc; c++)
-      for (uint r = 0; r < nr; r++) out[out_off + (size_t)(c0 + c) * rows + i0 + r] = v[r][c];
-  }
-#else
   const uint i = get_global_id(0);
   const int c = get_global_id(1);
   if (i >= rows) return;
-  __global const float *x = X + x_off + (size_t)i * d, *w = T + t_off + (size_t)c * d;
+  __global const float *x = X + x_off + (size_t)i * d, *w = W + w_off + (size_t)c * d;
   float s = 0.0f;
   for (int k = 0; k < d; k++) s += x[k] * w[k];
   out[out_off + (size_t)c * rows + i] = s;
-#endif
-}
-
-/* labels_shared's T in the item shape: Wt[k * R8 + c] = W[c][k] for labels c < R of the window
- * W (R x d), 0 for R <= c < R8 (R rounded up to 8). Global (R8, d). */
-__kernel void table_window_t(__global const float *W, uint w_off, __global float *Wt, int R,
-                             int d) {
-  const int c = get_global_id(0), k = get_global_id(1), R8 = (R + 7) / 8 * 8;
-  Wt[(size_t)k * R8 + c] = c < R ? W[w_off + (size_t)c * d + k] : 0.0f;
 }
 
 /* A shared table's label sums added to rows (attention.c add_from_labels): Y[i][j] += sum
  * over c of L[i][c] W[c][j], for L (rows x R), the table's window W (R x d), Y (rows x d); the
- * sum runs over c in order and is then added. Group shape: global (d rounded up, rows), an
- * output a work-item. Item shape (CPUs): global (ceil(rows / 4), 1), four rows a work-item,
- * all their columns in blocks of eight (four float8 sums a block), so that its rows of Y and L
- * are read from memory once (as in labels_shared). */
+ * sum runs over c in order and is then added. Global (d rounded up, rows). */
 __kernel void add_labels_shared(__global const float *L, uint l_off, __global const float *W,
                                 uint w_off, __global float *Y, uint y_off, uint rows, int R,
                                 int d) {
   L += l_off, W += w_off, Y += y_off;
-#ifdef RELCL_ROW_ITEM
-  const uint i0 = 4 * (uint)get_global_id(0);
-  if (i0 >= rows) return;
-  const uint nr = min(4u, rows - i0);
-  __global const float *l0 = L + (size_t)i0 * R, *l1 = L + (size_t)min(i0 + 1, rows - 1) * R,
-                       *l2 = L + (size_t)min(i0 + 2, rows - 1) * R,
-                       *l3 = L + (size_t)min(i0 + 3, rows - 1) * R;
-  int j0 = 0;
-  for (; j0 + 8 <= d; j0 += 8) {
-    float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    for (int c = 0; c < R; c++) {
-      const float8 w = vload8(0, W + (size_t)c * d + j0);
-      s0 += l0[c] * w, s1 += l1[c] * w, s2 += l2[c] * w, s3 += l3[c] * w;
-    }
-    __global float *y = Y + (size_t)i0 * d + j0;
-    vstore8(vload8(0, y) + s0, 0, y);
-    if (nr > 1) vstore8(vload8(0, y + d) + s1, 0, y + d);
-    if (nr > 2) vstore8(vload8(0, y + 2 * d) + s2, 0, y + 2 * d);
-    if (nr > 3) vstore8(vload8(0, y + 3 * d) + s3, 0, y + 3 * d);
-  }
-  for (uint r = 0; r < nr; r++) /* the last columns, fewer than eight */
-    for (int j = j0; j < d; j++) {
-      float s = 0.0f;
-      for (int c = 0; c < R; c++) s += L[(size_t)(i0 + r) * R + c] * W[(size_t)c * d + j];
-      Y[(size_t)(i0 + r) * d + j] += s;
-    }
-#else
   const int j = get_global_id(0);
   const uint i = get_global_id(1);
   if (j >= d) return;
   float s = 0.0f;
   for (int c = 0; c < R; c++) s += L[(size_t)i * R + c] * W[(size_t)c * d + j];
   Y[(size_t)i * d + j] += s;
-#endif
 }

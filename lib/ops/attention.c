@@ -168,51 +168,35 @@ static relcl__args label_args(relcl__kernel_entry *k, const plan *p, relcl_buf i
 }
 
 /* With a shared table, the label values and sums are two products over all rows with the
- * table's window (R x d), in relcl's kernels (kernels/attention.cl labels_shared,
- * add_labels_shared): as CLBlast's batched direct kernel over the B H entries they ran at
- * 11 to 16 GFLOP/s on PoCL (README, "What is left"). In the item shape labels_shared reads
- * the window transposed, which table_window_t writes into scratch first. */
+ * table's window (R x d). On CPUs (relcl__own_products) they go through relcl's GEMM door to
+ * gemm_cpu_bt and gemm_cpu, which ran them 2 to 2.5 times faster than relcl's dedicated
+ * kernels of sessions 12 to 19 (relcl-bench's issue-8 step, Zen 5: 16000x33x64 4.6 -> 1.8-2.1
+ * ms a step, 16000x64x33 2.4 -> 1.5-1.8). Elsewhere relcl's kernels (kernels/attention.cl
+ * labels_shared, add_labels_shared) run them, an output a work-item: as CLBlast's batched
+ * direct kernel over the B H entries they ran at 11 to 16 GFLOP/s on PoCL (README, "What is
+ * left"). */
 static relcl_status labels_shared(relcl_context *ctx, const plan *p, relcl_buf X, relcl_buf win,
                                   relcl_buf out) {
-  const bool item = relcl__row_item(ctx);
-  const int R = p->R, d = (int)p->d, R8 = (R + 7) / 8 * 8;
-  relcl__kernel_entry *k, *kt;
-  cl_mem wt = NULL;
-  relcl_buf T = win;
+  if (relcl__own_products(ctx)) /* out (R x rows) = win X^T */
+    return REL_GEMM(ctx, false, true, (size_t)p->R, p->rows, p->d, 1.0f, win, p->d, 0, X, p->d,
+                    0, 0.0f, out, p->rows, 0, 1);
+  relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "attention", "labels_shared", &k);
-  if (st == RELCL_OK && item) {
-    st = relcl__kernel(ctx, "attention", "table_window_t", &kt);
-    if (st == RELCL_OK) st = relcl__pool_get(ctx, (size_t)d * R8 * sizeof(float), &wt);
-    if (st == RELCL_OK) {
-      relcl__args a = {kt->kernel, 0, CL_SUCCESS};
-      relcl__buf_arg(&a, win, NULL);
-      RELCL__ARG(&a, wt);
-      RELCL__ARG(&a, R);
-      RELCL__ARG(&a, d);
-      size_t w = relcl__pow2_wg((size_t)R8, kt->max_wg < 8 ? kt->max_wg : 8);
-      size_t global[2] = {(size_t)R8, (size_t)d}, local[2] = {w, 1};
-      st = relcl__launch(ctx, kt, &a, 2, global, local);
-      T = relcl_buf_at(wt, 0);
-    }
-  }
-  if (st == RELCL_OK) {
-    relcl__args a = label_args(k, p, X, T, out);
-    st = launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->rows, item ? 1 : (size_t)R,
-                        p->rows, (size_t)R, p->d);
-  }
-  relcl__pool_put(ctx, wt);
-  return st;
+  if (st != RELCL_OK) return st;
+  relcl__args a = label_args(k, p, X, win, out);
+  return launch_product(ctx, k, &a, p->rows, (size_t)p->R, p->rows, (size_t)p->R, p->d);
 }
 
 static relcl_status add_labels_shared(relcl_context *ctx, const plan *p, relcl_buf L,
                                       relcl_buf win, relcl_buf Y) {
+  if (relcl__own_products(ctx)) /* Y (rows x d) += L win */
+    return REL_GEMM(ctx, false, false, p->rows, p->d, (size_t)p->R, 1.0f, L, (size_t)p->R, 0, win,
+                    p->d, 0, 1.0f, Y, p->d, 0, 1);
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "attention", "add_labels_shared", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = label_args(k, p, L, win, Y);
-  const bool item = relcl__row_item(ctx);
-  return launch_product(ctx, k, &a, item ? (p->rows + 3) / 4 : p->d, item ? 1 : p->rows,
-                        p->rows, p->d, (size_t)p->R);
+  return launch_product(ctx, k, &a, p->d, p->rows, p->rows, p->d, (size_t)p->R);
 }
 
 static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
@@ -257,38 +241,63 @@ static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_
   return RELCL_OK;
 }
 
-/* A shared table's dW[window] += L^T X over all rows, in relcl's own two passes of fixed
- * order (kernels/attention.cl table_grad_partial over chunks of TABLE_CHUNK rows, then the
- * column sum's finish over the chunks): as one CLBlast product (R x d x all rows) the
- * indirect kernel padded R to its tiles and ran at about 12 GFLOP/s on PoCL. */
-enum { TABLE_CHUNK = 128 };
+/* A shared table's dW[window] += L^T X over all rows, in two passes of fixed order: the
+ * partial sums of chunks of rows into scratch, then the column sum's finish over the chunks.
+ * On CPUs (relcl__own_products) the chunks are 512 rows, one batched product through relcl's
+ * GEMM door (gemm_cpu, A transposed; the last, shorter chunk a second call): relcl-bench's
+ * issue-8 step (Zen 5), 33x64x16000 3.6 -> 1.3-1.4 ms a step and 17x64x16000 2.1 -> 0.8-0.9,
+ * against relcl's table_grad_partial over chunks of 128; chunks of 256, 1024 or the whole sum
+ * in slices were slower. Elsewhere table_grad_partial (kernels/attention.cl) computes the
+ * chunks of TABLE_CHUNK rows, a column of a label a work-item: as one CLBlast product (R x d x
+ * all rows) the indirect kernel padded R to its tiles and ran at about 12 GFLOP/s on PoCL. */
+enum { TABLE_CHUNK = 128, TABLE_GEMM_CHUNK = 512 };
+
+static relcl_status table_chunks_gemm(relcl_context *ctx, const plan *p, relcl_buf L, relcl_buf X,
+                                      cl_mem part, size_t whole, size_t rest) {
+  const size_t R = (size_t)p->R, len = TABLE_GEMM_CHUNK, cols = R * p->d;
+  relcl_status st = RELCL_OK;
+  if (whole > 0)
+    st = REL_GEMM(ctx, true, false, R, p->d, len, 1.0f, L, R, len * R, X, p->d, len * p->d, 0.0f,
+                  relcl_buf_at(part, 0), p->d, cols, whole);
+  if (st == RELCL_OK && rest > 0)
+    st = REL_GEMM(ctx, true, false, R, p->d, rest, 1.0f,
+                  relcl_buf_at(L.mem, L.offset + whole * len * R), R, 0,
+                  relcl_buf_at(X.mem, X.offset + whole * len * p->d), p->d, 0, 0.0f,
+                  relcl_buf_at(part, whole * cols), p->d, 0, 1);
+  return st;
+}
+
+/* part's chunks (chunk rows each) in relcl's table_grad_partial */
+static relcl_status table_chunks_kernel(relcl_context *ctx, const plan *p, relcl_buf L,
+                                        relcl_buf X, cl_mem part, size_t chunk, size_t chunks) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "attention", "table_grad_partial", &k);
+  if (st != RELCL_OK) return st;
+  const cl_uint rows = (cl_uint)p->rows, ch = (cl_uint)chunk;
+  const int R = p->R, d = (int)p->d;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  relcl__buf_arg(&a, L, NULL);
+  relcl__buf_arg(&a, X, NULL);
+  RELCL__ARG(&a, part);
+  RELCL__ARG(&a, rows);
+  RELCL__ARG(&a, R);
+  RELCL__ARG(&a, d);
+  RELCL__ARG(&a, ch);
+  size_t w = relcl__pow2_wg(p->d, k->max_wg < 64 ? k->max_wg : 64);
+  size_t global[3] = {(p->d + w - 1) / w * w, (size_t)R, chunks}, local[3] = {w, 1, 1};
+  return relcl__launch_product(ctx, k, &a, 3, global, local, (size_t)R, p->d, p->rows);
+}
 
 static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_buf L,
                                       relcl_buf X, relcl_buf dst) {
-  const cl_uint rows = (cl_uint)p->rows, chunk = TABLE_CHUNK;
-  const int R = p->R, d = (int)p->d;
-  const size_t chunks = (p->rows + TABLE_CHUNK - 1) / TABLE_CHUNK, cols = (size_t)R * p->d;
-  relcl__kernel_entry *k;
+  const bool gemm = relcl__own_products(ctx);
+  const size_t chunk = gemm ? TABLE_GEMM_CHUNK : TABLE_CHUNK;
+  const size_t chunks = (p->rows + chunk - 1) / chunk, cols = (size_t)p->R * p->d;
   cl_mem part = NULL;
-  relcl_status st = relcl__kernel(ctx, "attention", "table_grad_partial", &k);
-  if (st == RELCL_OK) st = relcl__pool_get(ctx, chunks * cols * sizeof(float), &part);
-  if (st == RELCL_OK) {
-    relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    relcl__buf_arg(&a, L, NULL);
-    relcl__buf_arg(&a, X, NULL);
-    RELCL__ARG(&a, part);
-    RELCL__ARG(&a, rows);
-    RELCL__ARG(&a, R);
-    RELCL__ARG(&a, d);
-    RELCL__ARG(&a, chunk);
-    /* a work-item for 4 labels by 8 columns (float8) in the item shape, for one label and
-     * column in the group shape */
-    const bool item = relcl__row_item(ctx);
-    size_t n0 = item ? (p->d + 7) / 8 : p->d, n1 = item ? ((size_t)R + 3) / 4 : (size_t)R;
-    size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
-    size_t global[3] = {(n0 + w - 1) / w * w, n1, chunks}, local[3] = {w, 1, 1};
-    st = relcl__launch_product(ctx, k, &a, 3, global, local, (size_t)R, p->d, p->rows);
-  }
+  relcl_status st = relcl__pool_get(ctx, chunks * cols * sizeof(float), &part);
+  if (st == RELCL_OK)
+    st = gemm ? table_chunks_gemm(ctx, p, L, X, part, p->rows / chunk, p->rows % chunk)
+              : table_chunks_kernel(ctx, p, L, X, part, chunk, chunks);
   if (st == RELCL_OK) st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)cols, dst, 1);
   relcl__pool_put(ctx, part);
   return st;

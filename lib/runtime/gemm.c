@@ -311,7 +311,13 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
    * other, always in the same order (len = k: one piece). */
   how_t how = CLBLAST_BATCHED;
   size_t len = k;
-  if (batch == 1 && ctx->gemm_cpu) {
+  if (batch == 1 && ctx->gemm_cpu && trans_b && k <= RELCL_CPU_BT_KMAX && m <= 64) {
+    /* B transposed, few rows and a short sum (a shared table's label values, 33 x 16000 x 64
+     * in the issue-8 step): gemm_cpu_bt reads each block of B once, where the transposed copy
+     * gemm_cpu needs would move all of B twice more (B^T 33x16000x64, Zen 5: 1.8-2.1 ms a
+     * step against 4.6 in relcl's earlier labels_shared kernel) */
+    how = CPU_BT;
+  } else if (batch == 1 && ctx->gemm_cpu) {
     /* A weight gradient (A transposed) with a long sum goes in slices of 512: each slice's
      * panels of A and B then stay in cache. Zen 5, a harness: A^T 1024x256x4000 341 GFLOP/s
      * against 216 in one piece, 256x1024x4000 236 against 198, 8000x256x1048 354 against
