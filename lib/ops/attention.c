@@ -243,8 +243,10 @@ static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_
 
 /* A shared table's dW[window] += L^T X over all rows, in two passes of fixed order: the
  * partial sums of chunks of rows into scratch, then the column sum's finish over the chunks.
- * On CPUs (relcl__own_products) the chunks are 512 rows, one batched product through relcl's
- * GEMM door (gemm_cpu, A transposed; the last, shorter chunk a second call): relcl-bench's
+ * On CPUs (relcl__own_products) the chunks are up to 512 rows, as even as whole rows allow,
+ * one batched product through relcl's GEMM door (gemm_cpu, A transposed; a last, shorter
+ * chunk a second call; with chunks of exactly 512 that one ran 128 rows of 16000 at a seventh
+ * of the batch's rate): relcl-bench's
  * issue-8 step (Zen 5), 33x64x16000 3.6 -> 1.3-1.4 ms a step and 17x64x16000 2.1 -> 0.8-0.9,
  * against relcl's table_grad_partial over chunks of 128; chunks of 256, 1024 or the whole sum
  * in slices were slower. Elsewhere table_grad_partial (kernels/attention.cl) computes the
@@ -252,9 +254,10 @@ static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_
  * all rows) the indirect kernel padded R to its tiles and ran at about 12 GFLOP/s on PoCL. */
 enum { TABLE_CHUNK = 128, TABLE_GEMM_CHUNK = 512 };
 
+/* part's chunks of len rows each (the last rest < len rows, if rest > 0) */
 static relcl_status table_chunks_gemm(relcl_context *ctx, const plan *p, relcl_buf L, relcl_buf X,
-                                      cl_mem part, size_t whole, size_t rest) {
-  const size_t R = (size_t)p->R, len = TABLE_GEMM_CHUNK, cols = R * p->d;
+                                      cl_mem part, size_t len, size_t whole, size_t rest) {
+  const size_t R = (size_t)p->R, cols = R * p->d;
   relcl_status st = RELCL_OK;
   if (whole > 0)
     st = REL_GEMM(ctx, true, false, R, p->d, len, 1.0f, L, R, len * R, X, p->d, len * p->d, 0.0f,
@@ -291,12 +294,16 @@ static relcl_status table_chunks_kernel(relcl_context *ctx, const plan *p, relcl
 static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_buf L,
                                       relcl_buf X, relcl_buf dst) {
   const bool gemm = relcl__own_products(ctx);
-  const size_t chunk = gemm ? TABLE_GEMM_CHUNK : TABLE_CHUNK;
-  const size_t chunks = (p->rows + chunk - 1) / chunk, cols = (size_t)p->R * p->d;
+  size_t chunk = gemm ? TABLE_GEMM_CHUNK : TABLE_CHUNK, chunks = (p->rows + chunk - 1) / chunk;
+  if (gemm) { /* as many chunks, as even as whole rows allow */
+    chunk = (p->rows + chunks - 1) / chunks;
+    chunks = (p->rows + chunk - 1) / chunk;
+  }
+  const size_t cols = (size_t)p->R * p->d;
   cl_mem part = NULL;
   relcl_status st = relcl__pool_get(ctx, chunks * cols * sizeof(float), &part);
   if (st == RELCL_OK)
-    st = gemm ? table_chunks_gemm(ctx, p, L, X, part, p->rows / chunk, p->rows % chunk)
+    st = gemm ? table_chunks_gemm(ctx, p, L, X, part, chunk, p->rows / chunk, p->rows % chunk)
               : table_chunks_kernel(ctx, p, L, X, part, chunk, chunks);
   if (st == RELCL_OK) st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)cols, dst, 1);
   relcl__pool_put(ctx, part);
