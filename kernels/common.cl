@@ -31,6 +31,23 @@ inline int relcl_keep(ulong q, uint word, uint stream_lo, uint stream_hi, uint s
   return x >= threshold;
 }
 
+/* The counters' words of calls q0 .. q0+7: the low words, and the high words with the carry
+ * (a true lane compares as all ones: minus it adds one) */
+#define RELCL_PHILOX8_START(c0, c1, c2, c3, q0)                                             \
+  uint8 c0 = (uint8)((uint)(q0)) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);                        \
+  uint8 c1 = (uint8)((uint)((q0) >> 32)) - as_uint8(c0 < (uint8)((uint)(q0)));             \
+  uint8 c2 = (uint8)(stream_lo), c3 = (uint8)(stream_hi)
+/* one round on eight calls' words with the keys k0, k1 */
+#define RELCL_PHILOX8_ROUND(c0, c1, c2, c3)                                                 \
+  {                                                                                         \
+    const ulong8 p0 = convert_ulong8(c0) * (ulong8)(0xD2511F53u),                           \
+                 p1 = convert_ulong8(c2) * (ulong8)(0xCD9E8D57u);                           \
+    c0 = convert_uint8(p1 >> 32) ^ c1 ^ (uint8)(k0);                                        \
+    c1 = convert_uint8(p1);                                                                 \
+    c2 = convert_uint8(p0 >> 32) ^ c3 ^ (uint8)(k1);                                        \
+    c3 = convert_uint8(p0);                                                                 \
+  }
+
 /* The words of the eight consecutive calls q0 .. q0+7 at once, relcl_philox4x32_10's bit for
  * bit (the same integer arithmetic, one call a lane): word[w] lane l is word w of call
  * q0 + l. The products go through ulong8 lanes, which LLVM turns into the CPU's 32 x 32 -> 64
@@ -38,35 +55,39 @@ inline int relcl_keep(ulong q, uint word, uint stream_lo, uint stream_hi, uint s
  * two thirds of the time with ulong4 halves (PoCL 3.1, Zen 5). */
 inline void relcl_philox8(uint8 word[4], ulong q0, uint stream_lo, uint stream_hi,
                           uint seed_lo, uint seed_hi) {
-  /* the counters' low words, and their high words with the carry (a true lane compares as
-   * all ones: minus it adds one) */
-  const uint lo = (uint)q0;
-  uint8 c0 = (uint8)(lo) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);
-  uint8 c1 = (uint8)((uint)(q0 >> 32)) - as_uint8(c0 < (uint8)(lo));
-  uint8 c2 = (uint8)(stream_lo), c3 = (uint8)(stream_hi);
+  RELCL_PHILOX8_START(c0, c1, c2, c3, q0);
   uint k0 = seed_lo, k1 = seed_hi;
   for (int round = 0; round < 10; round++) {
-    const ulong8 p0 = convert_ulong8(c0) * (ulong8)(0xD2511F53u),
-                 p1 = convert_ulong8(c2) * (ulong8)(0xCD9E8D57u);
-    c0 = convert_uint8(p1 >> 32) ^ c1 ^ (uint8)(k0);
-    c1 = convert_uint8(p1);
-    c2 = convert_uint8(p0 >> 32) ^ c3 ^ (uint8)(k1);
-    c3 = convert_uint8(p0);
+    RELCL_PHILOX8_ROUND(c0, c1, c2, c3)
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
   word[0] = c0, word[1] = c1, word[2] = c2, word[3] = c3;
 }
 
-/* The 32 decisions of the eight consecutive calls q0 .. q0+7 in element order, relcl_keep's
- * bit for bit: element 4c + w is word w of call q0 + c, and mk[b] lane l is element 8b + l's,
- * -1 where kept and 0 where dropped. For the item shape, where a work-item takes 32 adjacent
- * elements at a time (layers.cl's dropout_apply, attention.cl's rows) and applies the masks
- * to float8s with select. */
-inline void relcl_keep_masks32(int8 mk[4], ulong q0, uint stream_lo, uint stream_hi,
-                               uint seed_lo, uint seed_hi, uint threshold) {
-  uint8 w[4];
-  relcl_philox8(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
+/* relcl_philox8 for RELCL_DROP_RUNS runs of eight calls, q0 + 8g .. q0 + 8g + 7 into w[g],
+ * all in one loop: each round's multiplies wait on the round before, and independent runs
+ * keep the multiplier busy meanwhile (dropout_apply, PoCL on Zen 5: one run a work-item 21.6
+ * ms a step, two 16.1, four 14.3-15.3) */
+inline void relcl_philox8_runs(uint8 w[RELCL_DROP_RUNS][4], ulong q0, uint stream_lo,
+                               uint stream_hi, uint seed_lo, uint seed_hi) {
+  _Pragma("unroll") for (int g = 0; g < RELCL_DROP_RUNS; g++) {
+    RELCL_PHILOX8_START(c0, c1, c2, c3, q0 + 8 * g);
+    w[g][0] = c0, w[g][1] = c1, w[g][2] = c2, w[g][3] = c3;
+  }
+  uint k0 = seed_lo, k1 = seed_hi;
+  for (int round = 0; round < 10; round++) {
+    _Pragma("unroll") for (int g = 0; g < RELCL_DROP_RUNS; g++)
+      RELCL_PHILOX8_ROUND(w[g][0], w[g][1], w[g][2], w[g][3])
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
+
+/* The 32 decisions of eight consecutive calls, from their words w (relcl_philox8), in element
+ * order: element 4c + w is word w of call c, and mk[b] lane l is element 8b + l's, -1 where
+ * kept and 0 where dropped. */
+inline void relcl_masks_of(int8 mk[4], const uint8 w[4], uint threshold) {
   int8 m[4]; /* m[w] lane c: element 4c + w */
   for (int i = 0; i < 4; i++) m[i] = w[i] >= (uint8)(threshold);
   /* interleaved into element order: two calls a float8 */
@@ -76,6 +97,25 @@ inline void relcl_keep_masks32(int8 mk[4], ulong q0, uint stream_lo, uint stream
              u01 = shuffle2(m[0], m[1], hi), u23 = shuffle2(m[2], m[3], hi);
   mk[0] = shuffle2(t01, t23, first), mk[1] = shuffle2(t01, t23, second);
   mk[2] = shuffle2(u01, u23, first), mk[3] = shuffle2(u01, u23, second);
+}
+
+/* The 32 decisions of the eight consecutive calls q0 .. q0+7 in element order, relcl_keep's
+ * bit for bit (relcl_masks_of). For the item shape, where a work-item takes 32 adjacent
+ * elements at a time (attention.cl's rows) and applies the masks to float8s with select. */
+inline void relcl_keep_masks32(int8 mk[4], ulong q0, uint stream_lo, uint stream_hi,
+                               uint seed_lo, uint seed_hi, uint threshold) {
+  uint8 w[4];
+  relcl_philox8(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
+  relcl_masks_of(mk, w, threshold);
+}
+
+/* The same for the 32 RELCL_DROP_RUNS elements of calls q0 .. q0 + 8 RELCL_DROP_RUNS - 1
+ * (layers.cl's dropout_apply): mk[4g + b] is relcl_keep_masks32's mk[b] for q0 + 8g. */
+inline void relcl_keep_masks_runs(int8 mk[4 * RELCL_DROP_RUNS], ulong q0, uint stream_lo,
+                                  uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
+  uint8 w[RELCL_DROP_RUNS][4];
+  relcl_philox8_runs(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
+  for (int g = 0; g < RELCL_DROP_RUNS; g++) relcl_masks_of(mk + 4 * g, w[g], threshold);
 }
 
 /* Tree reductions over a power-of-two work-group, in a fixed order: the result does not

@@ -50,6 +50,9 @@
 #ifndef RELCL_CPU_VEC
 #define RELCL_CPU_VEC 16
 #endif
+/* layers.cl dropout_apply in the item shape: runs of eight Philox calls (32 elements) a
+ * work-item, their rounds interleaved (common.cl relcl_philox8_runs) */
+#define RELCL_DROP_RUNS 4
 /* common.cl RELCL_FOR_ELEMENTS in the item shape: elements a work-item */
 #define RELCL_ELEM_RUN 64
 

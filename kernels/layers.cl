@@ -290,6 +290,19 @@ inline void drop_four(uint g, int k0, int k1, int k2, int k3, __global const flo
   }
 }
 
+/* The item shape's eight elements i .. i+7 (bias columns c .. c+7) under the mask mk (-1
+ * kept, 0 dropped) */
+inline void drop_eight(__global const float *x, __global const float *bias,
+                       __global const float *res, __global float *y, uint i, uint c, int8 mk,
+                       float s, int flags) {
+  float8 v = vload8(0, x + i);
+  if (flags & RELCL_BIAS) v = v + vload8(0, bias + c);
+  v = select((float8)(0.0f), v * s, mk);
+  if (flags & RELCL_RESIDUAL) v = vload8(0, res + i) + v;
+  if (flags & RELCL_ACCUMULATE) v = vload8(0, y + i) + v;
+  vstore8(v, 0, y + i);
+}
+
 __kernel void dropout_apply(__global const float *x, uint x_off, __global const float *bias,
                             uint b_off, __global const float *res, uint r_off,
                             __global float *y, uint y_off, uint n, uint cols, int flags,
@@ -300,31 +313,39 @@ __kernel void dropout_apply(__global const float *x, uint x_off, __global const 
   const uint calls = (n + 3) / 4;
   x += x_off, bias += b_off, res += r_off, y += y_off;
 #ifdef RELCL_ROW_ITEM
-  const uint q0 = 8 * (uint)get_global_id(0);
+  /* RELCL_DROP_RUNS runs of eight calls (32 elements) a work-item, the runs' masks made
+   * together (their Philox rounds interleaved), then applied run by run */
+  const uint q0 = 8 * RELCL_DROP_RUNS * (uint)get_global_id(0);
   if (q0 >= calls) return;
   /* mk[b] lane l: -1 where element 4 q0 + 8b + l is kept */
-  int8 mk[4] = {(int8)(-1), (int8)(-1), (int8)(-1), (int8)(-1)};
-  if (drop) relcl_keep_masks32(mk, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
-  /* i0 < n and c0 < cols: the differences below cannot wrap, as i0 + 32 could near 2^32 */
+  int8 mk[4 * RELCL_DROP_RUNS];
+  for (int b = 0; b < 4 * RELCL_DROP_RUNS; b++) mk[b] = (int8)(-1);
+  if (drop) relcl_keep_masks_runs(mk, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+  /* i0 < n and c0 < cols: the differences below cannot wrap, as i0 + 128 could near 2^32 */
   const uint i0 = 4 * q0, c0 = (flags & RELCL_BIAS) ? i0 % cols : 0u;
-  if (n - i0 >= 32u && (!(flags & RELCL_BIAS) || cols - c0 >= 32u)) {
-    for (int b = 0; b < 4; b++) {
-      float8 v = vload8(b, x + i0);
-      if (flags & RELCL_BIAS) v = v + vload8(b, bias + c0);
-      v = select((float8)(0.0f), v * s, mk[b]);
-      if (flags & RELCL_RESIDUAL) v = vload8(b, res + i0) + v;
-      if (flags & RELCL_ACCUMULATE) v = vload8(b, y + i0) + v;
-      vstore8(v, b, y + i0);
-    }
+  if (n - i0 >= 32u * RELCL_DROP_RUNS &&
+      (!(flags & RELCL_BIAS) || cols - c0 >= 32u * RELCL_DROP_RUNS)) { /* all runs whole */
+    for (int b = 0; b < 4 * RELCL_DROP_RUNS; b++)
+      drop_eight(x, bias, res, y, i0 + 8 * b, c0 + 8 * b, mk[b], s, flags);
     return;
   }
-  /* the last run, or one in which the bias column wraps: call by call */
-  int keep[32];
-  for (int b = 0; b < 4; b++) vstore8(mk[b], b, keep);
-  const uint nl = min(8u, calls - q0);
-  for (uint l = 0; l < nl; l++)
-    drop_four(q0 + l, keep[4 * l], keep[4 * l + 1], keep[4 * l + 2], keep[4 * l + 3], x, bias,
-              res, y, n, cols, flags, s);
+  for (int g = 0; g < RELCL_DROP_RUNS; g++) { /* run by run: 1.07 times as long for all */
+    const uint qg = q0 + 8 * g;
+    if (qg >= calls) return;
+    const uint ig = 4 * qg, cg = (flags & RELCL_BIAS) ? ig % cols : 0u;
+    if (n - ig >= 32u && (!(flags & RELCL_BIAS) || cols - cg >= 32u)) {
+      for (int b = 0; b < 4; b++)
+        drop_eight(x, bias, res, y, ig + 8 * b, cg + 8 * b, mk[4 * g + b], s, flags);
+      continue;
+    }
+    /* the last run, or one in which the bias column wraps: call by call */
+    int keep[32];
+    for (int b = 0; b < 4; b++) vstore8(mk[4 * g + b], b, keep);
+    const uint nl = min(8u, calls - qg);
+    for (uint l = 0; l < nl; l++)
+      drop_four(qg + l, keep[4 * l], keep[4 * l + 1], keep[4 * l + 2], keep[4 * l + 3], x, bias,
+                res, y, n, cols, flags, s);
+  }
 #else
   const uint g = get_global_id(0);
   if (g >= calls) return;

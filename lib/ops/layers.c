@@ -370,10 +370,11 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, fl
   RELCL__ARG(&a, scale);
   for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
   /* a Philox call per four elements, a work-item per call; in the item shape a work-item per
-   * eight calls, launched as rows are (groups of up to 64: 128 took 1.5 times as long on a
-   * CPU without dropout) */
-  const size_t calls = (n + 3) / 4;
-  if (relcl__row_item(ctx)) return relcl__launch_rows(ctx, k, &a, (calls + 7) / 8, 1, 0, true);
+   * 8 RELCL_DROP_RUNS calls, launched as rows are (groups of up to 64: 128 took 1.5 times as
+   * long on a CPU without dropout) */
+  const size_t calls = (n + 3) / 4, run = 8 * RELCL_DROP_RUNS;
+  if (relcl__row_item(ctx))
+    return relcl__launch_rows(ctx, k, &a, (calls + run - 1) / run, 1, 0, true);
   return launch_1d(ctx, k, &a, calls);
 }
 
