@@ -40,6 +40,9 @@
 /* layers.cl colsum_partial, ln_param_partial in the item shape (common.cl): adjacent columns
  * one work-item sums as one vector (an OpenCL vector width: 2, 4, 8 or 16) */
 #define RELCL_COL_VEC 8
+/* ... and colsum_partial, ln_param_partial: such vectors a work-item, summed as independent
+ * chains */
+#define RELCL_COL_RUNS 4
 /* gemm.cl gemm_cpu with vectors of W floats (RELCL_CPU_VEC, a build option): rows of C a
  * work-item; its columns are 2 W (gemm.c sizes the grid) */
 #define RELCL_CPU_MR(W) ((W) >= 16 ? 8 : 6)

@@ -120,12 +120,17 @@ __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *
 }
 
 /* Column sums over chunks of rows, each column's rows in order. Group shape: one work-item
- * per column, global (cols, chunks). Item shape (CPUs): RELCL_COL_VEC adjacent columns per
- * work-item as one vector, global (ceil(cols / RELCL_COL_VEC), chunks): the same sums in the
- * same order, so both shapes give the same bits, but one vector add does the work of
- * RELCL_COL_VEC dependent scalar adds. Columns past the last whole vector go one by one. */
+ * per column, global (cols, chunks). Item shape (CPUs): RELCL_COL_RUNS vectors of
+ * RELCL_COL_VEC adjacent columns per work-item (COL_SPAN columns), global (ceil(cols /
+ * COL_SPAN), chunks): the same sums in the same order, so both shapes give the same bits, but
+ * one vector add does the work of RELCL_COL_VEC dependent scalar adds, and the runs' sums are
+ * independent chains (one vector alone waited on each add: in relcl-bench's issue-8 step on
+ * Zen 5, colsum_partial 8.6-8.7 ms a step with one vector a work-item, 4.6-5.0 with four;
+ * ln_param_partial 4.2 and 3.0). In the work-item with the last columns, whole vectors one at
+ * a time, then the columns past them one by one. */
+#define COL_SPAN (RELCL_COL_VEC * RELCL_COL_RUNS)
 #ifdef RELCL_ROW_ITEM
-#define RELCL_COL_FIRST() ((int)get_global_id(0) * RELCL_COL_VEC)
+#define RELCL_COL_FIRST() ((int)get_global_id(0) * COL_SPAN)
 #else
 #define RELCL_COL_FIRST() ((int)get_global_id(0))
 #endif
@@ -139,19 +144,38 @@ __kernel void ln_param_partial(__global const float *x, uint x_off, __global con
   if (c0 >= d) return;
   const int r0 = ch * chunk, r1 = min(rows, (ch + 1) * chunk);
 #ifdef RELCL_ROW_ITEM
-  if (c0 + RELCL_COL_VEC <= d) {
+  if (c0 + COL_SPAN <= d) {
+    RELCL_COL_VECTOR sg[RELCL_COL_RUNS], sb[RELCL_COL_RUNS];
+    for (int v = 0; v < RELCL_COL_RUNS; v++) sg[v] = sb[v] = 0.0f;
+    for (int r = r0; r < r1; r++) {
+      const float mu = mean[m_off + r], rs = rstd[r_off + r];
+      _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++) {
+        const int c = c0 + v * RELCL_COL_VEC;
+        const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dy + dy_off + (size_t)r * d + c);
+        const RELCL_COL_VECTOR xr = RELCL_COL_VLOAD(0, x + x_off + (size_t)r * d + c);
+        sg[v] += g * ((xr - mu) * rs);
+        sb[v] += g;
+      }
+    }
+    for (int v = 0; v < RELCL_COL_RUNS; v++) {
+      RELCL_COL_VSTORE(sg[v], 0, part + (size_t)ch * d + c0 + v * RELCL_COL_VEC);
+      RELCL_COL_VSTORE(sb[v], 0, part + ((size_t)chunks + ch) * d + c0 + v * RELCL_COL_VEC);
+    }
+    return;
+  }
+  int cv = c0;
+  for (; cv + RELCL_COL_VEC <= d; cv += RELCL_COL_VEC) {
     RELCL_COL_VECTOR sg = 0.0f, sb = 0.0f;
     for (int r = r0; r < r1; r++) {
-      const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dy + dy_off + (size_t)r * d + c0);
-      const RELCL_COL_VECTOR xr = RELCL_COL_VLOAD(0, x + x_off + (size_t)r * d + c0);
+      const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dy + dy_off + (size_t)r * d + cv);
+      const RELCL_COL_VECTOR xr = RELCL_COL_VLOAD(0, x + x_off + (size_t)r * d + cv);
       sg += g * ((xr - mean[m_off + r]) * rstd[r_off + r]);
       sb += g;
     }
-    RELCL_COL_VSTORE(sg, 0, part + (size_t)ch * d + c0);
-    RELCL_COL_VSTORE(sb, 0, part + ((size_t)chunks + ch) * d + c0);
-    return;
+    RELCL_COL_VSTORE(sg, 0, part + (size_t)ch * d + cv);
+    RELCL_COL_VSTORE(sb, 0, part + ((size_t)chunks + ch) * d + cv);
   }
-  for (int c = c0; c < d; c++) {
+  for (int c = cv; c < d; c++) {
 #else
   {
     const int c = c0;
@@ -176,13 +200,23 @@ __kernel void colsum_partial(__global const float *x, uint x_off, int ld,
   if (c0 >= cols) return;
   const int r0 = ch * chunk, r1 = min(rows, (ch + 1) * chunk);
 #ifdef RELCL_ROW_ITEM
-  if (c0 + RELCL_COL_VEC <= cols) {
-    RELCL_COL_VECTOR s = 0.0f;
-    for (int r = r0; r < r1; r++) s += RELCL_COL_VLOAD(0, x + x_off + (size_t)r * ld + c0);
-    RELCL_COL_VSTORE(s, 0, part + (size_t)ch * cols + c0);
+  if (c0 + COL_SPAN <= cols) {
+    RELCL_COL_VECTOR s[RELCL_COL_RUNS];
+    for (int v = 0; v < RELCL_COL_RUNS; v++) s[v] = 0.0f;
+    for (int r = r0; r < r1; r++)
+      _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++)
+        s[v] += RELCL_COL_VLOAD(0, x + x_off + (size_t)r * ld + c0 + v * RELCL_COL_VEC);
+    for (int v = 0; v < RELCL_COL_RUNS; v++)
+      RELCL_COL_VSTORE(s[v], 0, part + (size_t)ch * cols + c0 + v * RELCL_COL_VEC);
     return;
   }
-  for (int c = c0; c < cols; c++) {
+  int cv = c0;
+  for (; cv + RELCL_COL_VEC <= cols; cv += RELCL_COL_VEC) {
+    RELCL_COL_VECTOR s = 0.0f;
+    for (int r = r0; r < r1; r++) s += RELCL_COL_VLOAD(0, x + x_off + (size_t)r * ld + cv);
+    RELCL_COL_VSTORE(s, 0, part + (size_t)ch * cols + cv);
+  }
+  for (int c = cv; c < cols; c++) {
 #else
   {
     const int c = c0;

@@ -55,6 +55,7 @@ static const layer_case cases[] = {
     {OP_LAYERNORM, "ln d=1", 3, 1, 0, 1e-5f, 0},
     {OP_LAYERNORM, "ln d=5", 7, 5, 0, 1e-5f, 1},
     {OP_LAYERNORM, "ln d=13 rows=65", 65, 13, 0, 1e-5f, 0},
+    {OP_LAYERNORM, "ln d=50 rows=70", 70, 50, 0, 1e-5f, 1},
     {OP_LAYERNORM, "ln d=128 rows=130", 130, 128, 0, 1e-5f, 1},
     {OP_LAYERNORM, "ln d=700 (> work-group)", 3, 700, 0, 1e-6f, 0},
     /* embedding: a n, b d, c vocab; flag 1 = heavy repeats, 2 = out-of-range ids too */
@@ -106,6 +107,8 @@ static const layer_case cases[] = {
     {OP_COLSUM, "colsum rows=64", 64, 3, 0, 0, 2},
     {OP_COLSUM, "colsum rows=65 acc", 65, 130, 0, 0, 64},
     {OP_COLSUM, "colsum rows=200 ld+3", 200, 2, 0, 0, 3},
+    /* the item shape's span of 32 columns whole, then two vectors and two columns */
+    {OP_COLSUM, "colsum rows=70 cols=50 ld+1", 70, 50, 0, 0, 1},
     /* sum of squares: a n */
     {OP_SUMSQ, "sumsq n=1", 1, 0, 0, 0, 0},
     {OP_SUMSQ, "sumsq n=255", 255, 0, 0, 0, 0},

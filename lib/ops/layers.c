@@ -70,11 +70,12 @@ static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
 }
 
 /* Column-sum kernels (colsum_partial, ln_param_partial): global (cols, chunks) in the group
- * shape, (ceil(cols / RELCL_COL_VEC), chunks) in the item shape, where a work-item sums a
- * vector of adjacent columns. */
+ * shape, (ceil(cols / (RELCL_COL_VEC RELCL_COL_RUNS)), chunks) in the item shape, where a
+ * work-item sums RELCL_COL_RUNS vectors of adjacent columns. */
 static relcl_status launch_cols(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                                 size_t cols, size_t chunks) {
-  size_t n0 = relcl__row_item(ctx) ? (cols + RELCL_COL_VEC - 1) / RELCL_COL_VEC : cols;
+  const size_t span = RELCL_COL_VEC * RELCL_COL_RUNS;
+  size_t n0 = relcl__row_item(ctx) ? (cols + span - 1) / span : cols;
   return launch_nd(ctx, k, a, 2, n0, chunks, 1);
 }
 
