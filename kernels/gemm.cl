@@ -67,37 +67,26 @@ inline void heads_transpose16(__local float *dst, uint dst_ld, __global const fl
 }
 
 /* The batched products with B transposed and fewer than 12 columns (Q K^T of short
- * sentences), a work-item per row of C: row i of product b is work-item b m + i, global
- * (batch m rounded up to the work-group), local (16). Each reads its operands straight from
- * memory, with no staging; the rows of one product are neighbouring work-items, so its B is
- * read from memory once and then from cache (at 7 keys twice as fast as gemm_cpu_bt). */
-#define HEADS_ROW_ARGS                                                                      \
-  uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,     \
-      uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,  \
-      uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride, uint batch
-/* this work-item's row: b, i, and A, B, C moved to product b (C to its row i); returns from
- * the kernel past the last row */
-#define HEADS_ROW_START                                                                     \
-  const uint g = get_global_id(0);                                                          \
-  if (g >= batch * m) return;                                                               \
-  const uint b = g / m, i = g - b * m; /* not g % m: LLVM then adds a freeze, which       \
-                                        * Oclgrind's uninitialized-value checker rejects */ \
-  A += a_off + (ulong)b * a_stride;                                                         \
-  B += b_off + (ulong)b * b_stride;                                                         \
-  C += c_off + (ulong)b * c_stride + (size_t)i * ldc
-
-/* op(A)[i][p]: A m x k as laid out, or k x m transposed */
-inline float heads_a(__global const float *A, uint lda, int trans_a, uint i, uint p) {
-  return trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
-}
-
-/* B transposed (Q K^T, dalpha), B n x k: C[i][j] one dot product of op(A)'s row i and B's row
- * j, in float4 over p and then across the lanes (k a multiple of 4 and A as laid out;
- * otherwise one term at a time). float4 ran as fast as float16 here (memory-bound), and
- * needs no halving of a vector to one float, on which Oclgrind's uninitialized-value checker
- * fails. */
-__kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
-  HEADS_ROW_START;
+ * sentences), B n x k, a work-item per row of C: row i of product b is work-item b m + i,
+ * global (batch m rounded up to the work-group), local (16). Each reads its operands straight
+ * from memory, with no staging; the rows of one product are neighbouring work-items, so its B
+ * is read from memory once and then from cache (at 7 keys twice as fast as gemm_cpu_bt).
+ * C[i][j] is one dot product of op(A)'s row i and B's row j, in float4 over p and then across
+ * the lanes (k a multiple of 4 and A as laid out; otherwise one term at a time). float4 ran
+ * as fast as float16 here (memory-bound), and needs no halving of a vector to one float, on
+ * which Oclgrind's uninitialized-value checker fails. */
+__kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
+                              __global const float *A, uint a_off, uint lda, uint a_stride,
+                              int trans_a, __global const float *B, uint b_off, uint ldb,
+                              uint b_stride, __global float *C, uint c_off, uint ldc,
+                              uint c_stride, uint batch) {
+  const uint g = get_global_id(0);
+  if (g >= batch * m) return;
+  const uint b = g / m, i = g - b * m; /* not g % m: LLVM then adds a freeze, which Oclgrind's
+                                        * uninitialized-value checker rejects */
+  A += a_off + (ulong)b * a_stride;
+  B += b_off + (ulong)b * b_stride;
+  C += c_off + (ulong)b * c_stride + (size_t)i * ldc;
   for (uint j = 0; j < n; j++) {
     __global const float *bj = B + (size_t)j * ldb;
     float s = 0.0f;
@@ -107,8 +96,8 @@ __kernel void gemm_heads_dots(HEADS_ROW_ARGS) {
         acc = mad(vload4(0, A + (size_t)i * lda + p), vload4(0, bj + p), acc);
       s = dot(acc, (float4)(1.0f));
     } else {
-      for (uint p = 0; p < k; p++)
-        s = mad(heads_a(A, lda, trans_a, i, p), bj[p], s);
+      for (uint p = 0; p < k; p++) /* op(A)[i][p]: A m x k, or k x m transposed */
+        s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p], bj[p], s);
     }
     const float v = alpha * s;
     C[j] = beta != 0.0f ? v + beta * C[j] : v; /* beta 0 does not read C */

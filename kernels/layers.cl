@@ -135,6 +135,44 @@ __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *
 #define RELCL_COL_FIRST() ((int)get_global_id(0))
 #endif
 
+#ifdef RELCL_ROW_ITEM
+/* The item shape's sums of nv vectors of columns from c (nv RELCL_COL_RUNS, or 1 for the
+ * last columns: a constant once inlined, so that the loops over the vectors unroll and the
+ * sums stay in registers) over rows r0..r1-1 of chunk ch: ln_param_partial's of dy * xhat and
+ * dy into part (2, chunks, d) */
+inline void ln_param_vectors(__global const float *x, __global const float *mean,
+                             __global const float *rstd, __global const float *dy,
+                             __global float *part, int d, int chunks, int ch, int r0, int r1,
+                             int c, const int nv) {
+  RELCL_COL_VECTOR sg[RELCL_COL_RUNS], sb[RELCL_COL_RUNS];
+  for (int v = 0; v < RELCL_COL_RUNS; v++) sg[v] = sb[v] = 0.0f;
+  for (int r = r0; r < r1; r++) {
+    const float mu = mean[r], rs = rstd[r];
+    _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++) if (v < nv) {
+      const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(v, dy + (size_t)r * d + c);
+      const RELCL_COL_VECTOR xr = RELCL_COL_VLOAD(v, x + (size_t)r * d + c);
+      sg[v] += g * ((xr - mu) * rs);
+      sb[v] += g;
+    }
+  }
+  for (int v = 0; v < nv; v++) {
+    RELCL_COL_VSTORE(sg[v], v, part + (size_t)ch * d + c);
+    RELCL_COL_VSTORE(sb[v], v, part + ((size_t)chunks + ch) * d + c);
+  }
+}
+
+/* ... and colsum_partial's of x (ld) into part (chunks, cols) */
+inline void colsum_vectors(__global const float *x, int ld, __global float *part, int cols,
+                           int ch, int r0, int r1, int c, const int nv) {
+  RELCL_COL_VECTOR s[RELCL_COL_RUNS];
+  for (int v = 0; v < RELCL_COL_RUNS; v++) s[v] = 0.0f;
+  for (int r = r0; r < r1; r++)
+    _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++) if (v < nv)
+      s[v] += RELCL_COL_VLOAD(v, x + (size_t)r * ld + c);
+  for (int v = 0; v < nv; v++) RELCL_COL_VSTORE(s[v], v, part + (size_t)ch * cols + c);
+}
+#endif
+
 /* Partial sums of dy * xhat and dy over a chunk of rows: part (2, chunks, d). */
 __kernel void ln_param_partial(__global const float *x, uint x_off, __global const float *mean,
                                uint m_off, __global const float *rstd, uint r_off,
@@ -145,36 +183,14 @@ __kernel void ln_param_partial(__global const float *x, uint x_off, __global con
   const int r0 = ch * chunk, r1 = min(rows, (ch + 1) * chunk);
 #ifdef RELCL_ROW_ITEM
   if (c0 + COL_SPAN <= d) {
-    RELCL_COL_VECTOR sg[RELCL_COL_RUNS], sb[RELCL_COL_RUNS];
-    for (int v = 0; v < RELCL_COL_RUNS; v++) sg[v] = sb[v] = 0.0f;
-    for (int r = r0; r < r1; r++) {
-      const float mu = mean[m_off + r], rs = rstd[r_off + r];
-      _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++) {
-        const int c = c0 + v * RELCL_COL_VEC;
-        const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dy + dy_off + (size_t)r * d + c);
-        const RELCL_COL_VECTOR xr = RELCL_COL_VLOAD(0, x + x_off + (size_t)r * d + c);
-        sg[v] += g * ((xr - mu) * rs);
-        sb[v] += g;
-      }
-    }
-    for (int v = 0; v < RELCL_COL_RUNS; v++) {
-      RELCL_COL_VSTORE(sg[v], 0, part + (size_t)ch * d + c0 + v * RELCL_COL_VEC);
-      RELCL_COL_VSTORE(sb[v], 0, part + ((size_t)chunks + ch) * d + c0 + v * RELCL_COL_VEC);
-    }
+    ln_param_vectors(x + x_off, mean + m_off, rstd + r_off, dy + dy_off, part, d, chunks, ch,
+                     r0, r1, c0, RELCL_COL_RUNS);
     return;
   }
   int cv = c0;
-  for (; cv + RELCL_COL_VEC <= d; cv += RELCL_COL_VEC) {
-    RELCL_COL_VECTOR sg = 0.0f, sb = 0.0f;
-    for (int r = r0; r < r1; r++) {
-      const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dy + dy_off + (size_t)r * d + cv);
-      const RELCL_COL_VECTOR xr = RELCL_COL_VLOAD(0, x + x_off + (size_t)r * d + cv);
-      sg += g * ((xr - mean[m_off + r]) * rstd[r_off + r]);
-      sb += g;
-    }
-    RELCL_COL_VSTORE(sg, 0, part + (size_t)ch * d + cv);
-    RELCL_COL_VSTORE(sb, 0, part + ((size_t)chunks + ch) * d + cv);
-  }
+  for (; cv + RELCL_COL_VEC <= d; cv += RELCL_COL_VEC)
+    ln_param_vectors(x + x_off, mean + m_off, rstd + r_off, dy + dy_off, part, d, chunks, ch,
+                     r0, r1, cv, 1);
   for (int c = cv; c < d; c++) {
 #else
   {
@@ -201,21 +217,12 @@ __kernel void colsum_partial(__global const float *x, uint x_off, int ld,
   const int r0 = ch * chunk, r1 = min(rows, (ch + 1) * chunk);
 #ifdef RELCL_ROW_ITEM
   if (c0 + COL_SPAN <= cols) {
-    RELCL_COL_VECTOR s[RELCL_COL_RUNS];
-    for (int v = 0; v < RELCL_COL_RUNS; v++) s[v] = 0.0f;
-    for (int r = r0; r < r1; r++)
-      _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++)
-        s[v] += RELCL_COL_VLOAD(0, x + x_off + (size_t)r * ld + c0 + v * RELCL_COL_VEC);
-    for (int v = 0; v < RELCL_COL_RUNS; v++)
-      RELCL_COL_VSTORE(s[v], 0, part + (size_t)ch * cols + c0 + v * RELCL_COL_VEC);
+    colsum_vectors(x + x_off, ld, part, cols, ch, r0, r1, c0, RELCL_COL_RUNS);
     return;
   }
   int cv = c0;
-  for (; cv + RELCL_COL_VEC <= cols; cv += RELCL_COL_VEC) {
-    RELCL_COL_VECTOR s = 0.0f;
-    for (int r = r0; r < r1; r++) s += RELCL_COL_VLOAD(0, x + x_off + (size_t)r * ld + cv);
-    RELCL_COL_VSTORE(s, 0, part + (size_t)ch * cols + cv);
-  }
+  for (; cv + RELCL_COL_VEC <= cols; cv += RELCL_COL_VEC)
+    colsum_vectors(x + x_off, ld, part, cols, ch, r0, r1, cv, 1);
   for (int c = cv; c < cols; c++) {
 #else
   {

@@ -51,8 +51,11 @@ void relcl__model_layout_free(relcl__layout *lay) {
   lay->enc = lay->dec = NULL;
 }
 
-/* A new buffer of n elements, zeroed once */
+/* *mem replaced by a new buffer of n elements, zeroed once */
 static relcl_status fresh(relcl_context *ctx, cl_mem *mem, size_t *cap, size_t n) {
+  if (*mem) clReleaseMemObject(*mem);
+  *mem = NULL;
+  *cap = 0;
   relcl_status st = relcl_alloc(ctx, n, mem);
   if (st == RELCL_OK) st = relcl__fill(ctx, relcl_buf_at(*mem, 0), 0.0f, n);
   if (st == RELCL_OK) *cap = n;
@@ -67,13 +70,8 @@ static relcl_status fresh(relcl_context *ctx, cl_mem *mem, size_t *cap, size_t n
 static relcl_status ensure(relcl_context *ctx, cl_mem *mem, size_t *cap, size_t n) {
   if (*mem && *cap >= n) return RELCL_OK;
   const size_t grown = *mem && n < *cap + *cap / 4 ? *cap + *cap / 4 : n;
-  if (*mem) clReleaseMemObject(*mem);
-  *mem = NULL;
-  *cap = 0;
   relcl_status st = fresh(ctx, mem, cap, grown);
   if (st == RELCL_ERR_OUT_OF_MEMORY && grown > n) {
-    if (*mem) clReleaseMemObject(*mem);
-    *mem = NULL;
     relcl__clear_error();
     st = fresh(ctx, mem, cap, n);
   }

@@ -184,7 +184,7 @@ static relcl_status cpu_choice(const relcl_context *ctx, const char *var, const 
 
 bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
 
-bool relcl__own_products(const relcl_context *ctx) { return ctx->gemm_cpu; }
+bool relcl__own_products(const relcl_context *ctx) { return relcl__own_products_in(ctx); }
 
 /* What every context needs once its device, cl_context and queue are known: the device's
  * name and limits, the row kernels' shape, every kernel program (from the binary cache or

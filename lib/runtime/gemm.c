@@ -208,12 +208,8 @@ static relcl_status dots_product(relcl_context *ctx, bool trans_a, size_t m, siz
   product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                stride_c);
   RELCL__ARG(&args, nb);
-  if (args.err != CL_SUCCESS) return relcl__cl_fail(args.err, "clSetKernelArg(gemm_heads_dots)");
   size_t local = 16, global = (batch * m + local - 1) / local * local;
-  cl_int err = clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 1, NULL, &global, &local, 0, NULL,
-                                      ev);
-  return err == CL_SUCCESS ? RELCL_OK
-                           : relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_heads_dots)");
+  return relcl__enqueue(ctx, kern, &args, 1, &global, &local, ev);
 }
 
 /* One product on CPU contexts (ctx->gemm_cpu), in relcl's gemm_cpu (kernels/gemm.cl): B
@@ -244,17 +240,11 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
      * B's columns shared, the products of 256 columns 5-45% slower. */
     const cl_int rows_first = n > 512;
     RELCL__ARG(&args, rows_first);
-    if (args.err != CL_SUCCESS) {
-      st = relcl__cl_fail(args.err, "clSetKernelArg(gemm_cpu)");
-    } else {
-      /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
-      const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
-      size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
-      size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
-      cl_int err =
-          clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 3, NULL, global, local, 0, NULL, ev);
-      if (err != CL_SUCCESS) st = relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_cpu)");
-    }
+    /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
+    const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
+    size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
+    size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
+    st = relcl__enqueue(ctx, kern, &args, 3, global, local, ev);
   }
   relcl__pool_put(ctx, tb); /* the queue is in order: the product has read it */
   return st;
@@ -273,13 +263,9 @@ static relcl_status cpu_bt_product(relcl_context *ctx, bool trans_a, size_t m, s
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
   product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                stride_c);
-  if (args.err != CL_SUCCESS) return relcl__cl_fail(args.err, "clSetKernelArg(gemm_cpu_bt)");
   const size_t nr = 2 * (size_t)ctx->cpu_vec;
   size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
-  cl_int err =
-      clEnqueueNDRangeKernel(ctx->queue, kern->kernel, 2, NULL, global, local, 0, NULL, ev);
-  return err == CL_SUCCESS ? RELCL_OK
-                           : relcl__cl_fail(err, "clEnqueueNDRangeKernel(gemm_cpu_bt)");
+  return relcl__enqueue(ctx, kern, &args, 2, global, local, ev);
 }
 
 /* Who runs a product (relcl__gemm_in decides): CLBlast, one or a batch; relcl's gemm_cpu,

@@ -70,8 +70,8 @@ struct relcl_context {
   bool gemm_cpu;   /* single products in relcl's gemm_cpu (kernels/gemm.cl), not CLBlast's:
                    * CPUs, RELCL_CPU_GEMM */
   int cpu_vec;     /* its vector width, relcl__cpu_vec */
-  bool gemm_heads; /* batched products in relcl's gemm_heads (kernels/gemm.cl), not CLBlast's:
-                    * CPUs, RELCL_HEAD_GEMM (context.c) */
+  bool gemm_heads; /* batched products in relcl's kernels (kernels/gemm.cl: gemm_cpu,
+                    * gemm_cpu_bt, gemm_heads_dots), not CLBlast's: CPUs, RELCL_HEAD_GEMM */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */
@@ -112,6 +112,18 @@ static inline cl_event *relcl__profile_slot(relcl_context *ctx, cl_event *slot) 
   *slot = NULL;
   return ctx->profile ? slot : NULL;
 }
+
+/* relcl__own_products (runtime.h), for the runtime's files that context.c calls */
+static inline bool relcl__own_products_in(const relcl_context *ctx) {
+  return ctx->gemm_cpu && ctx->gemm_heads;
+}
+
+/* Enqueue kernel k with its arguments, into *ev when ev is not NULL, without a profile record
+ * of its own (relcl__launch makes one; gemm.c times its products as GEMMs): a failed argument
+ * or launch is one error naming the kernel. */
+relcl_status relcl__enqueue(relcl_context *ctx, const relcl__kernel_entry *k,
+                            const relcl__args *args, cl_uint dims, const size_t *global,
+                            const size_t *local, cl_event *ev);
 
 /* Apply the CLBlast tuning file that matches ctx's device, if any (tuning.c). */
 void relcl__tuning_apply(relcl_context *ctx);

@@ -36,26 +36,31 @@ size_t relcl__pow2_wg(size_t want, size_t limit) {
   return w;
 }
 
-static relcl_status launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
-                           cl_uint dims, const size_t *global, const size_t *local,
-                           const char *name, const size_t shape[4]) {
+relcl_status relcl__enqueue(relcl_context *ctx, const relcl__kernel_entry *k,
+                            const relcl__args *args, cl_uint dims, const size_t *global,
+                            const size_t *local, cl_event *ev) {
+  char what[160];
   if (args->err != CL_SUCCESS) {
-    char what[160];
     snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", k->name, args->index);
     return relcl__cl_fail(args->err, what);
   }
-  for (cl_uint i = 0; i < dims; i++)
-    if (global[i] == 0) return RELCL_OK; /* nothing to do */
-  cl_event ev;
   cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, dims, NULL, global, local, 0, NULL,
-                                      relcl__profile_slot(ctx, &ev));
+                                      ev);
+  if (err == CL_SUCCESS) return RELCL_OK;
+  snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", k->name);
+  return relcl__cl_fail(err, what);
+}
+
+static relcl_status launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,
+                           cl_uint dims, const size_t *global, const size_t *local,
+                           const char *name, const size_t shape[4]) {
+  if (args->err == CL_SUCCESS)
+    for (cl_uint i = 0; i < dims; i++)
+      if (global[i] == 0) return RELCL_OK; /* nothing to do */
+  cl_event ev, *slot = relcl__profile_slot(ctx, &ev);
+  relcl_status st = relcl__enqueue(ctx, k, args, dims, global, local, slot);
   relcl__profile_event(ctx, name, k->part, shape, ev);
-  if (err != CL_SUCCESS) {
-    char what[160];
-    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", k->name);
-    return relcl__cl_fail(err, what);
-  }
-  return RELCL_OK;
+  return st;
 }
 
 relcl_status relcl__launch(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *args,

@@ -191,8 +191,8 @@ static void consider(best_file *best, const relcl__tuning_device *dev, char *tex
 }
 
 #define RELCL__TUNE_HINT "run `relcl-tune --quick` (a few minutes) to measure this device"
-/* where relcl's own kernels run every product (a CPU: gemm_cpu and gemm_heads), CLBlast's
- * tuning changes nothing, and the hint says so instead */
+/* where relcl's own kernels run every product (relcl__own_products), CLBlast's tuning
+ * changes nothing, and the hint says so instead */
 #define RELCL__NO_TUNE_HINT                                                                  \
   "no tuning needed: relcl's own kernels run every product on this device (CLBlast's only "  \
   "with RELCL_CPU_GEMM=clblast and RELCL_HEAD_GEMM=clblast)"
@@ -238,7 +238,7 @@ void relcl__tuning_apply(relcl_context *ctx) {
     for (int i = 0; best.fit != RELCL_TUNING_EXACT && relcl__tuning_sources[i]; i++)
       consider(&best, &dev, strdup(relcl__tuning_sources[i]), "shipped tuning");
   }
-  const char *hint = ctx->gemm_cpu && ctx->gemm_heads ? RELCL__NO_TUNE_HINT : RELCL__TUNE_HINT;
+  const char *hint = relcl__own_products_in(ctx) ? RELCL__NO_TUNE_HINT : RELCL__TUNE_HINT;
   if (best.fit == RELCL_TUNING_NONE) {
     snprintf(used, used_size, "none (CLBlast's defaults): %s; %s",
              env && env[0] ? "RELCL_TUNING's file is not for this platform and device type"

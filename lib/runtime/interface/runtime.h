@@ -57,8 +57,9 @@ relcl_status relcl__launch_product(relcl_context *ctx, relcl__kernel_entry *k,
 /* The row kernels' shape on ctx (kernels/common.cl): true for a work-item per row (CPUs,
  * or RELCL_ROW_KERNELS=item), false for a power-of-two work-group per row. */
 bool relcl__row_item(const relcl_context *ctx);
-/* Whether relcl's own product kernels run ctx's single products (gemm_cpu: CPUs, unless
- * RELCL_CPU_GEMM=clblast): then a product through relcl__gemm is the fastest form of it. */
+/* Whether relcl's own product kernels run ctx's products, single and batched (gemm_cpu,
+ * gemm_cpu_bt: CPUs, unless RELCL_CPU_GEMM or RELCL_HEAD_GEMM is clblast): then a product
+ * through relcl__gemm is the fastest form of it, and CLBlast's tuning changes nothing. */
 bool relcl__own_products(const relcl_context *ctx);
 /* Launch a row kernel over `rows` rows of `width` columns, adding its `locals` local-memory
  * arguments (4 bytes per lane each): with item, one work-item per row (the global size
