@@ -92,7 +92,8 @@ static inline double tu_rel_err(const float *a, const double *b, size_t n, doubl
   double num = 0.0, den = floor_;
   for (size_t i = 0; i < n; i++) {
     double e = fabs((double)a[i] - b[i]);
-    if (!(e <= num)) num = e; /* NaN propagates as failure */
+    if (isnan(e)) return NAN; /* a NaN on either side fails (a later entry must not hide it) */
+    if (e > num) num = e;
     if (fabs(b[i]) > den) den = fabs(b[i]);
   }
   return num / den;
