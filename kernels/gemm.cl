@@ -2,8 +2,10 @@
  * op(A) op(B) + beta C, C m x n, op(A) m x k, op(B) k x n, one or a batch of them:
  *
  *   gemm_cpu     every single product (the linear layers, the output layer, their
- *                gradients), and the batched per-head ones with B as laid out (alpha V, dV,
- *                dQ, dK: 32 x 64 x 32 in the issue-8 model, 500 at a time);
+ *                gradients);
+ *   gemm_cpu_batch  its sum for batches with B as laid out (the per-head alpha V, dV, dQ, dK:
+ *                32 x 64 x 32 in the issue-8 model, 500 at a time), asking for the next
+ *                product's operands as it goes;
  *   gemm_cpu_bt  the batched ones with B transposed and 12 columns or more (Q K^T, dalpha =
  *                dZ V^T: 32 x 32 x 64), gemm_cpu's sum over a transposed copy of B's block;
  *   gemm_heads_dots  the same with fewer than 12 columns (short sentences).
@@ -29,6 +31,16 @@
 #define HEADS_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
 #define HEADS_SHUFFLE(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
+#endif
+
+/* A request that the cache line at p be fetched, for a read (w 0) or a write (w 1): clang's
+ * builtin (a prefetch instruction on a CPU) where the host asks for it (RELCL_PREFETCH, a
+ * build option on PoCL: lib/runtime/program.c), nothing elsewhere. OpenCL's own prefetch()
+ * is empty in PoCL. */
+#if HEADS_CLANG && defined(RELCL_PREFETCH)
+#define CPU_PREFETCH(p, w) __builtin_prefetch((p), (w), 3)
+#else
+#define CPU_PREFETCH(p, w) ((void)0)
 #endif
 
 /* One step of a 16 x 16 transpose in v[16]: in every pair of rows (r, r + S), r's bit S clear,
@@ -162,6 +174,67 @@ inline void cpu_store(__global float *c, CPU_VEC v0, CPU_VEC v1, float beta, uin
   }
 }
 
+/* In a batch, a work-item asks for the next product's operands while it runs its own sum, a
+ * few lines at each step t of it: without that its loads waited on memory (per-head products
+ * of the issue-8 model, whose operands were written a kernel earlier: in a harness on the
+ * Zen 5 EPYC with the operands out of cache, gemm_cpu's 32x64x32 x500 took 420-447 us without
+ * these requests and 285 with them, gemm_cpu_bt's 32x32x64 x500 750-840 against 277-290; with
+ * the operands in cache, within 3%; relcl-bench's issue-8 step, two interleaved pairs: the
+ * per-head products 21.5-24.3 ms a step against 14.8-14.9). PoCL runs consecutive work-groups on one thread, so the next product
+ * is most often this thread's next. The lines asked for are those the next product's
+ * work-item of the same columns reads and writes; asking past the batch's last is not done.
+ *
+ * Line t of the span of len floats at p: */
+#define CPU_ASK_SPAN(p, len, t, w)                                                          \
+  if ((size_t)(t) * 16 < (len)) CPU_PREFETCH((p) + (size_t)(t) * 16, w)
+/* Row t (of rows) of a block of 2 W columns at p, rows ld apart: */
+#define CPU_ASK_ROW(p, ld, rows, t, w)                                                      \
+  if ((t) < (rows)) {                                                                       \
+    CPU_PREFETCH((p) + (size_t)(t) * (ld), w);                                              \
+    if (2 * CPU_W > 16) CPU_PREFETCH((p) + (size_t)(t) * (ld) + 16, w);                     \
+  }
+
+/* The block of C at rows i0 .. i0 + CPU_MR - 1 and columns j0 .. j0 + 2 W - 1 (A, B and C
+ * already at the product and B, C at column j0): its sum and its store. With ask, it also asks
+ * for the next product's lines (na, nb, nc; a_span, see CPU_ASK_SPAN) at steps t, t + 1, ..
+ * of the sum. gemm_cpu calls it with ask false, a constant: its sum is then as if this code
+ * were not there (asking in gemm_cpu's single products had made them 5-10% slower). */
+inline void cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
+                     __global const float *A, uint lda, int trans_a, __global const float *B,
+                     uint ldb, __global float *C, uint ldc, bool ask, uint t,
+                     __global const float *na, size_t a_span, __global const float *nb,
+                     __global const float *nc) {
+  CPU_BLOCK_START;
+  const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
+  if (j0 + 2 * CPU_W <= n) {
+    for (uint p = 0; p < k; p++, t++) {
+      if (ask) {
+        CPU_ASK_SPAN(na, a_span, t, 0);
+        CPU_ASK_ROW(nb, ldb, k, t, 0);
+        CPU_ASK_ROW(nc, ldc, m, t, 1);
+      }
+      __global const float *bp = B + (size_t)p * ldb;
+      const CPU_VEC b0 = CPU_VLOAD(0, bp), b1 = CPU_VLOAD(1, bp);
+      CPU_STEP(p * sp)
+    }
+  } else {
+    const uint nn = n - j0;
+    for (uint p = 0; p < k; p++, t++) {
+      if (ask) {
+        CPU_ASK_SPAN(na, a_span, t, 0);
+        CPU_ASK_ROW(nb, ldb, k, t, 0);
+        CPU_ASK_ROW(nc, ldc, m, t, 1);
+      }
+      float bt[2 * CPU_W];
+      for (uint e = 0; e < 2 * CPU_W; e++) bt[e] = e < nn ? B[(size_t)p * ldb + e] : 0.0f;
+      const CPU_VEC b0 = CPU_VLOAD(0, bt), b1 = CPU_VLOAD(1, bt);
+      CPU_STEP(p * sp)
+    }
+  }
+  for (int r = 0; r < CPU_MR && i0 + r < m; r++)
+    cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, n - j0);
+}
+
 __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global const float *A,
                        uint a_off, uint lda, uint a_stride, int trans_a, __global const float *B,
                        uint b_off, uint ldb, uint b_stride, __global float *C, uint c_off,
@@ -173,25 +246,28 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
   A += a_off + b * a_stride;
   B += b_off + b * b_stride + j0;
   C += c_off + b * c_stride + j0;
-  CPU_BLOCK_START;
-  const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
-  if (j0 + 2 * CPU_W <= n) {
-    for (uint p = 0; p < k; p++) {
-      __global const float *bp = B + (size_t)p * ldb;
-      const CPU_VEC b0 = CPU_VLOAD(0, bp), b1 = CPU_VLOAD(1, bp);
-      CPU_STEP(p * sp)
-    }
-  } else {
-    const uint nn = n - j0;
-    for (uint p = 0; p < k; p++) {
-      float t[2 * CPU_W];
-      for (uint e = 0; e < 2 * CPU_W; e++) t[e] = e < nn ? B[(size_t)p * ldb + e] : 0.0f;
-      const CPU_VEC b0 = CPU_VLOAD(0, t), b1 = CPU_VLOAD(1, t);
-      CPU_STEP(p * sp)
-    }
-  }
-  for (int r = 0; r < CPU_MR && i0 + r < m; r++)
-    cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, n - j0);
+  cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, false, 0, A, 0, B, C);
+}
+
+/* gemm_cpu's products in a batch of more than one (the per-head products): a work-item runs
+ * all rows of a block of 2 W columns of one product, and asks for the next product's lines as
+ * it goes (CPU_ASK_SPAN). Global (ceil(n / 2 W), batch), local (1, 1). In a harness on the
+ * Zen 5 EPYC, 32x64x32 x500 with the operands out of cache: 285 us against gemm_cpu's 420, A
+ * transposed 291 against 387; in cache, 237-246 against 244-251. */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
+    uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
+    uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
+    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride) {
+  const uint j0 = get_global_id(0) * 2 * CPU_W;
+  const ulong b = get_global_id(1);
+  A += a_off + b * a_stride;
+  B += b_off + b * b_stride + j0;
+  C += c_off + b * c_stride + j0;
+  const bool ask = b + 1 < get_global_size(1);
+  const size_t a_span = trans_a ? (size_t)(k - 1) * lda + m : (size_t)(m - 1) * lda + k;
+  for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k)
+    cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
+             A + a_stride, a_span, B + b_stride, C + c_stride);
 }
 
 /* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha
@@ -201,9 +277,11 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
  * k a multiple of 16), then runs gemm_cpu's sum, CPU_MR rows at a time, over every row, with
  * B's block read from there. At most CPU_BT_KMAX terms (gemm.c cuts longer sums into slices).
  * Each element is one sum in order p = 0 .. k-1 (mad). Global (ceil(n / 2 W), batch), local
- * (1, 1). Q K^T of the issue-8 step: 130-137 GFLOP/s, where gemm_heads' tiles (a work-group
- * of four work-items, each eight rows by one float16, B staged through local memory in slices
- * of 32) ran at 92-94; a transposed copy of the whole batch's B for gemm_cpu, at 54. */
+ * (1, 1). It asks for the next product's operands as it goes (CPU_ASK_SPAN), or in a single
+ * product for the next block's. Q K^T of the issue-8 step: 130-137 GFLOP/s, and 248-258 with
+ * the asks, where gemm_heads' tiles (a work-group of four work-items, each eight rows by one
+ * float16, B staged through local memory in slices of 32) ran at 92-94; a transposed copy of
+ * the whole batch's B for gemm_cpu, at 54. */
 #define CPU_BT_KMAX RELCL_CPU_BT_KMAX
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
@@ -225,10 +303,27 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
       for (uint j = 0; j < 2 * CPU_W; j++)
         Bt[p * 2 * CPU_W + j] = j < nn ? B[(size_t)j * ldb + p] : 0.0f;
   }
+  /* the next product's operands (see CPU_ASK_SPAN): all of op(A), the block's rows of B and
+   * columns of C; in a single product, the next block's rows of B and columns of C (A, the
+   * same for all blocks, is in cache) */
+  const bool one = get_global_size(1) == 1;
+  const bool ask = one ? j0 + 2 * CPU_W < n : b + 1 < get_global_size(1);
+  const size_t a_span = one ? 0 : trans_a ? (size_t)(k - 1) * lda + m : (size_t)(m - 1) * lda + k;
+  const uint next_nn = one ? min(n - j0 - nn, 2u * CPU_W) : nn; /* 0: not asked */
+  const size_t b_span = ask ? (size_t)(next_nn - 1) * ldb + k : 0;
+  __global const float *na = A + a_stride;
+  __global const float *nb = one ? B + (size_t)nn * ldb : B + b_stride;
+  __global float *nc = one ? C + nn : C + c_stride;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
+  uint t = 0;
   for (uint i0 = 0; i0 < m; i0 += CPU_MR) {
     CPU_BLOCK_START;
-    for (uint p = 0; p < k; p++) {
+    for (uint p = 0; p < k; p++, t++) {
+      if (ask) {
+        CPU_ASK_SPAN(na, a_span, t, 0);
+        CPU_ASK_SPAN(nb, b_span, t, 0);
+        CPU_ASK_ROW(nc, ldc, m, t, 1);
+      }
       const CPU_VEC b0 = CPU_VLOAD(0, Bt + p * 2 * CPU_W), b1 = CPU_VLOAD(1, Bt + p * 2 * CPU_W);
       CPU_STEP(p * sp)
     }

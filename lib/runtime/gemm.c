@@ -229,8 +229,18 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     b = relcl_buf_at(tb, 0), ldb = n;
   }
   relcl__kernel_entry *kern = NULL;
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "gemm_cpu", &kern);
-  if (st == RELCL_OK) {
+  if (st == RELCL_OK)
+    st = relcl__kernel(ctx, "gemm", batch > 1 ? "gemm_cpu_batch" : "gemm_cpu", &kern);
+  if (st == RELCL_OK && batch > 1) {
+    /* a work-item for all rows of 2 W columns of a product, asking for the next product's
+     * operands as it goes (kernels/gemm.cl) */
+    relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+    product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                 ldc, stride_c);
+    const size_t nr = 2 * (size_t)ctx->cpu_vec;
+    size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
+    st = relcl__enqueue(ctx, kern, &args, 2, global, local, ev);
+  } else if (st == RELCL_OK) {
     relcl__args args = {kern->kernel, 0, CL_SUCCESS};
     product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
                  ldc, stride_c);
@@ -327,7 +337,8 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   }
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
-  const char *kind = kinds[how]; /* the profile's name of what ran */
+  /* the profile's name of what ran */
+  const char *kind = how == CPU && batch > 1 ? "gemm_cpu_batch" : kinds[how];
   st = RELCL_OK;
   for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
     const size_t kk = k - k0 < len ? k - k0 : len;

@@ -8,13 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether the device is PoCL's, whose compiler turns clang's __builtin_prefetch into the
+ * CPU's prefetch instruction (kernels/gemm.cl CPU_PREFETCH, measured there). Oclgrind, also
+ * clang, cannot run a kernel that calls it ("Undefined external function: llvm.prefetch"),
+ * and other platforms are not measured: they build without it. */
+static bool pocl_device(cl_device_id device) {
+  cl_platform_id platform;
+  char name[256] = "";
+  if (clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL) !=
+          CL_SUCCESS ||
+      clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name - 1, name, NULL) != CL_SUCCESS)
+    return false;
+  return strcmp(name, "Portable Computing Language") == 0;
+}
+
 /* OpenCL C 1.2 everywhere; no -cl-fast-relaxed-math: it breaks masking on NVIDIA. The item
- * shape of the row kernels (kernels/common.cl) is a define, and so is gemm_cpu's vector
- * width (relcl__cpu_vec); the options are part of the binary cache's key, so two builds
- * never share an entry. */
+ * shape of the row kernels (kernels/common.cl) is a define, and so are gemm_cpu's vector
+ * width (relcl__cpu_vec) and the prefetches of its batches (RELCL_PREFETCH, on PoCL); the
+ * options are part of the binary cache's key, so two builds never share an entry. */
 static const char *build_options(bool row_item, cl_device_id device, char *buf, size_t size) {
-  snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d", row_item ? " -DRELCL_ROW_ITEM" : "",
-           relcl__cpu_vec(device));
+  snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d%s", row_item ? " -DRELCL_ROW_ITEM" : "",
+           relcl__cpu_vec(device), pocl_device(device) ? " -DRELCL_PREFETCH" : "");
   return buf;
 }
 
