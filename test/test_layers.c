@@ -178,6 +178,10 @@ static const layer_case cases[] = {
      * whose work-items go down the rows first */
     {OP_BATCHED, "single A^T 20x40x1000 beta", 20, 40, 1000, 0, 13},
     {OP_BATCHED, "single B^T 10x600x5", 10, 600, 5, 0, 10},
+    /* a short sum (k <= 64), A and B as laid out, 64 rows or more: gemm_cpu_batch over
+     * blocks of 32 rows (24 with AVX2's 6-row blocks), B shared; a last, shorter block */
+    {OP_BATCHED, "single 150x40x33 beta", 150, 40, 33, 0, 12},
+    {OP_BATCHED, "single 96x70x17", 96, 70, 17, 0, 8},
 };
 
 /* ---- helpers ---- */

@@ -212,16 +212,64 @@ static relcl_status dots_product(relcl_context *ctx, bool trans_a, size_t m, siz
   return relcl__enqueue(ctx, kern, &args, 1, &global, &local, ev);
 }
 
-/* One product on CPU contexts (ctx->gemm_cpu), in relcl's gemm_cpu (kernels/gemm.cl): B
- * transposed goes through a transposed copy first (the kernel reads B's rows), op(A) is read
- * in place either way. CLBlast's Xgemm, tuned, ran the issue-8 model's products at 90-120
- * GFLOP/s on the Zen 5 EPYC through PoCL, this kernel at 250-530 (README "One product on a
- * CPU"). */
+/* A batch in relcl's gemm_cpu_batch (kernels/gemm.cl): a work-item for all rows of 2 W
+ * columns of a product, asking for the next product's operands as it goes */
+static relcl_status cpu_batch(relcl_context *ctx, bool trans_a, size_t m, size_t n, size_t k,
+                              float alpha, relcl_buf a, size_t lda, size_t stride_a, relcl_buf b,
+                              size_t ldb, size_t stride_b, float beta, relcl_buf c, size_t ldc,
+                              size_t stride_c, size_t batch, cl_event *ev) {
+  relcl__kernel_entry *kern = NULL;
+  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_cpu_batch", &kern);
+  if (st != RELCL_OK) return st;
+  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+  product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+               stride_c);
+  const size_t nr = 2 * (size_t)ctx->cpu_vec;
+  size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
+  return relcl__enqueue(ctx, kern, &args, 2, global, local, ev);
+}
+
+/* A single product with a sum this short or shorter and A, B as laid out goes to
+ * gemm_cpu_batch as a batch of blocks of rows (RELCL_CPU_CHUNK_BLOCKS blocks of gemm_cpu's
+ * rows each, B shared), so that each block asks for the next one's rows of A and C: a
+ * shared table's label sums, 16000x64x33 with beta 1 in the issue-8 step, in a harness on
+ * the Zen 5 EPYC with the operands out of cache, 232 us against gemm_cpu's 307 (in cache,
+ * 229 against 222; 16000x64x17, which moves C twice for 17 terms, 197 either way). Each
+ * element is the same sum as in gemm_cpu. */
+#define RELCL_CPU_NARROW_K 64
+#define RELCL_CPU_CHUNK_BLOCKS 4
+
+/* The rows of each block such a product goes in, or 0 where it goes to gemm_cpu */
+static size_t narrow_chunk(const relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
+                           size_t k) {
+  const size_t chunk = RELCL_CPU_CHUNK_BLOCKS * (size_t)RELCL_CPU_MR(ctx->cpu_vec);
+  return !trans_a && !trans_b && k <= RELCL_CPU_NARROW_K && m >= 2 * chunk ? chunk : 0;
+}
+
+/* One product on CPU contexts (ctx->gemm_cpu), or a batch of them with B as laid out, in
+ * relcl's gemm_cpu or gemm_cpu_batch (kernels/gemm.cl): B transposed goes through a
+ * transposed copy first (the kernel reads B's rows), op(A) is read in place either way.
+ * CLBlast's Xgemm, tuned, ran the issue-8 model's products at 90-120 GFLOP/s on the Zen 5
+ * EPYC through PoCL, this kernel at 250-530 (README "One product on a CPU"). */
 static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                 size_t batch, cl_event *ev) {
+  const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
+  if (batch > 1)
+    return cpu_batch(ctx, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                     ldc, stride_c, batch, ev);
+  const size_t chunk = narrow_chunk(ctx, trans_a, trans_b, m, k);
+  if (chunk > 0) {
+    const size_t whole = m / chunk, rest = m - whole * chunk;
+    relcl_status st = cpu_batch(ctx, false, chunk, n, k, alpha, a, lda, chunk * lda, b, ldb, 0,
+                                beta, c, ldc, chunk * ldc, whole, rest ? NULL : ev);
+    if (st != RELCL_OK || rest == 0) return st;
+    return cpu_batch(ctx, false, rest, n, k, alpha,
+                     relcl_buf_at(a.mem, a.offset + whole * chunk * lda), lda, 0, b, ldb, 0,
+                     beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1, ev);
+  }
   cl_mem tb = NULL;
   relcl_status st = RELCL_OK;
   if (trans_b) {
@@ -229,18 +277,8 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     b = relcl_buf_at(tb, 0), ldb = n;
   }
   relcl__kernel_entry *kern = NULL;
-  if (st == RELCL_OK)
-    st = relcl__kernel(ctx, "gemm", batch > 1 ? "gemm_cpu_batch" : "gemm_cpu", &kern);
-  if (st == RELCL_OK && batch > 1) {
-    /* a work-item for all rows of 2 W columns of a product, asking for the next product's
-     * operands as it goes (kernels/gemm.cl) */
-    relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-    product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
-                 ldc, stride_c);
-    const size_t nr = 2 * (size_t)ctx->cpu_vec;
-    size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
-    st = relcl__enqueue(ctx, kern, &args, 2, global, local, ev);
-  } else if (st == RELCL_OK) {
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "gemm_cpu", &kern);
+  if (st == RELCL_OK) {
     relcl__args args = {kern->kernel, 0, CL_SUCCESS};
     product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
                  ldc, stride_c);
@@ -251,7 +289,6 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     const cl_int rows_first = n > 512;
     RELCL__ARG(&args, rows_first);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
-    const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
     size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
     size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
     st = relcl__enqueue(ctx, kern, &args, 3, global, local, ev);
@@ -338,7 +375,8 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
   /* the profile's name of what ran */
-  const char *kind = how == CPU && batch > 1 ? "gemm_cpu_batch" : kinds[how];
+  const bool batched = batch > 1 || narrow_chunk(ctx, trans_a, trans_b, m, k) > 0;
+  const char *kind = how == CPU && batched ? "gemm_cpu_batch" : kinds[how];
   st = RELCL_OK;
   for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
     const size_t kk = k - k0 < len ? k - k0 : len;
