@@ -140,9 +140,11 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
 #define CPU_VEC CPU_PASTE(float, RELCL_CPU_VEC)
 #define CPU_VLOAD CPU_PASTE(vload, RELCL_CPU_VEC)
 #define CPU_VSTORE CPU_PASTE(vstore, RELCL_CPU_VEC)
-#define CPU_STEP(SP)                                                                        \
+#define CPU_STEP(SP) CPU_STEP_R(SP, CPU_MR)
+/* the same for the first R rows of the block only (a last block of at most CPU_MR / 2 rows) */
+#define CPU_STEP_R(SP, R)                                                                   \
   {                                                                                         \
-    _Pragma("unroll") for (int r = 0; r < CPU_MR; r++) {                                    \
+    _Pragma("unroll") for (int r = 0; r < (R); r++) {                                       \
       const CPU_VEC av = (CPU_VEC)(a[r][(SP)]);                                             \
       c0[r] = mad(av, b0, c0[r]);                                                           \
       c1[r] = mad(av, b1, c1[r]);                                                           \
@@ -180,9 +182,10 @@ inline void cpu_store(__global float *c, CPU_VEC v0, CPU_VEC v1, float beta, uin
  * Zen 5 EPYC with the operands out of cache, gemm_cpu's 32x64x32 x500 took 420-447 us without
  * these requests and 285 with them, gemm_cpu_bt's 32x32x64 x500 750-840 against 277-290; with
  * the operands in cache, within 3%; relcl-bench's issue-8 step, two interleaved pairs: the
- * per-head products 21.5-24.3 ms a step against 14.8-14.9). PoCL runs consecutive work-groups on one thread, so the next product
- * is most often this thread's next. The lines asked for are those the next product's
- * work-item of the same columns reads and writes; asking past the batch's last is not done.
+ * per-head products 21.5-24.3 ms a step against 14.8-14.9). PoCL runs consecutive
+ * work-groups on one thread, so the next product is most often this thread's next. The lines
+ * asked for are those the next product's work-item of the same columns reads and writes;
+ * asking past the batch's last is not done.
  *
  * Line t of the span of len floats at p: */
 #define CPU_ASK_SPAN(p, len, t, w)                                                          \
@@ -199,11 +202,12 @@ inline void cpu_store(__global float *c, CPU_VEC v0, CPU_VEC v1, float beta, uin
  * for the next product's lines (na, nb, nc; a_span, see CPU_ASK_SPAN) at steps t, t + 1, ..
  * of the sum. gemm_cpu calls it with ask false, a constant: its sum is then as if this code
  * were not there (asking in gemm_cpu's single products had made them 5-10% slower). */
-inline void cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
-                     __global const float *A, uint lda, int trans_a, __global const float *B,
-                     uint ldb, __global float *C, uint ldc, bool ask, uint t,
-                     __global const float *na, size_t a_span, __global const float *nb,
-                     __global const float *nc) {
+__attribute__((always_inline)) inline void
+cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
+         __global const float *A, uint lda, int trans_a, __global const float *B, uint ldb,
+         __global float *C, uint ldc, bool ask, uint t, __global const float *na,
+         size_t a_span, __global const float *nb, __global const float *nc, bool few) {
+  const int rows = few ? CPU_MR / 2 : CPU_MR; /* a constant where cpu_rows is inlined */
   CPU_BLOCK_START;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
   if (j0 + 2 * CPU_W <= n) {
@@ -215,7 +219,7 @@ inline void cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, floa
       }
       __global const float *bp = B + (size_t)p * ldb;
       const CPU_VEC b0 = CPU_VLOAD(0, bp), b1 = CPU_VLOAD(1, bp);
-      CPU_STEP(p * sp)
+      CPU_STEP_R(p * sp, rows)
     }
   } else {
     const uint nn = n - j0;
@@ -228,10 +232,10 @@ inline void cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, floa
       float bt[2 * CPU_W];
       for (uint e = 0; e < 2 * CPU_W; e++) bt[e] = e < nn ? B[(size_t)p * ldb + e] : 0.0f;
       const CPU_VEC b0 = CPU_VLOAD(0, bt), b1 = CPU_VLOAD(1, bt);
-      CPU_STEP(p * sp)
+      CPU_STEP_R(p * sp, rows)
     }
   }
-  for (int r = 0; r < CPU_MR && i0 + r < m; r++)
+  for (int r = 0; r < rows && i0 + r < m; r++)
     cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, n - j0);
 }
 
@@ -246,7 +250,8 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
   A += a_off + b * a_stride;
   B += b_off + b * b_stride + j0;
   C += c_off + b * c_stride + j0;
-  cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, false, 0, A, 0, B, C);
+  cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, false, 0, A, 0, B, C,
+           false);
 }
 
 /* gemm_cpu's products in a batch of more than one (the per-head products): a work-item runs
@@ -265,9 +270,14 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
   C += c_off + b * c_stride + j0;
   const bool ask = b + 1 < get_global_size(1);
   const size_t a_span = trans_a ? (size_t)(k - 1) * lda + m : (size_t)(m - 1) * lda + k;
+  /* the last block, if it has at most half of CPU_MR rows, in a block of half the height */
   for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k)
-    cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
-             A + a_stride, a_span, B + b_stride, C + c_stride);
+    if (m - i0 <= CPU_MR / 2)
+      cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
+               A + a_stride, a_span, B + b_stride, C + c_stride, true);
+    else
+      cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
+               A + a_stride, a_span, B + b_stride, C + c_stride, false);
 }
 
 /* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha
@@ -283,6 +293,29 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
  * float16, B staged through local memory in slices of 32) ran at 92-94; a transposed copy of
  * the whole batch's B for gemm_cpu, at 54. */
 #define CPU_BT_KMAX RELCL_CPU_BT_KMAX
+
+/* gemm_cpu_bt's block of C at rows i0 .. i0 + CPU_MR - 1 (few: CPU_MR / 2, a constant where
+ * it is inlined), B's block from Bt, asking for the next lines at steps t, t + 1, .. */
+__attribute__((always_inline)) inline void
+bt_rows(uint i0, uint m, uint k, float alpha, float beta, __global const float *A, uint lda,
+        int trans_a, __local const float *Bt, __global float *C, uint ldc, uint nn, bool ask,
+        uint t, __global const float *na, size_t a_span, __global const float *nb,
+        size_t b_span, __global float *nc, bool few) {
+  const int rows = few ? CPU_MR / 2 : CPU_MR;
+  const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
+  CPU_BLOCK_START;
+  for (uint p = 0; p < k; p++, t++) {
+    if (ask) {
+      CPU_ASK_SPAN(na, a_span, t, 0);
+      CPU_ASK_SPAN(nb, b_span, t, 0);
+      CPU_ASK_ROW(nc, ldc, m, t, 1);
+    }
+    const CPU_VEC b0 = CPU_VLOAD(0, Bt + p * 2 * CPU_W), b1 = CPU_VLOAD(1, Bt + p * 2 * CPU_W);
+    CPU_STEP_R(p * sp, rows)
+  }
+  for (int r = 0; r < rows && i0 + r < m; r++)
+    cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, nn);
+}
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
@@ -314,20 +347,12 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
   __global const float *na = A + a_stride;
   __global const float *nb = one ? B + (size_t)nn * ldb : B + b_stride;
   __global float *nc = one ? C + nn : C + c_stride;
-  const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
-  uint t = 0;
-  for (uint i0 = 0; i0 < m; i0 += CPU_MR) {
-    CPU_BLOCK_START;
-    for (uint p = 0; p < k; p++, t++) {
-      if (ask) {
-        CPU_ASK_SPAN(na, a_span, t, 0);
-        CPU_ASK_SPAN(nb, b_span, t, 0);
-        CPU_ASK_ROW(nc, ldc, m, t, 1);
-      }
-      const CPU_VEC b0 = CPU_VLOAD(0, Bt + p * 2 * CPU_W), b1 = CPU_VLOAD(1, Bt + p * 2 * CPU_W);
-      CPU_STEP(p * sp)
-    }
-    for (int r = 0; r < CPU_MR && i0 + r < m; r++)
-      cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, nn);
-  }
+  /* the last block, if it has at most half of CPU_MR rows, in a block of half the height */
+  for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k)
+    if (m - i0 <= CPU_MR / 2)
+      bt_rows(i0, m, k, alpha, beta, A, lda, trans_a, Bt, C, ldc, nn, ask, t, na, a_span, nb,
+              b_span, nc, true);
+    else
+      bt_rows(i0, m, k, alpha, beta, A, lda, trans_a, Bt, C, ldc, nn, ask, t, na, a_span, nb,
+              b_span, nc, false);
 }

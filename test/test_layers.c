@@ -164,6 +164,9 @@ static const layer_case cases[] = {
     {OP_BATCHED, "batched B^T 9x16x129", 9, 16, 129, 0, 2},
     {OP_BATCHED, "batched B^T 10x11x64 beta", 10, 11, 64, 0, 6},
     {OP_BATCHED, "batched B^T 10x12x64 beta", 10, 12, 64, 0, 6},
+    /* a last block of at most half of gemm_cpu's rows, in a block of half the height (also
+     * 33x17x35, B^T 3x17x300, 9x16x129 and 10x12x64 above with AVX-512's 8-row blocks) */
+    {OP_BATCHED, "batched A^T 36x20x40 beta", 36, 20, 40, 0, 5},
     /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (2 W columns by 8 or 6 rows a
      * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
      * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */
