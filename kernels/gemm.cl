@@ -176,6 +176,25 @@ inline void cpu_store(__global float *c, CPU_VEC v0, CPU_VEC v1, float beta, uin
   }
 }
 
+/* cpu_store with ReLU's backward folded in: 0 where the mask's row mk (ReLU's output) is not
+ * above 0, as relu_bwd computes it (kernels/layers.cl), the same bits */
+inline void cpu_store_masked(__global float *c, __global const float *mk, CPU_VEC v0,
+                             CPU_VEC v1, float beta, uint nn) {
+  if (nn >= 2 * CPU_W) {
+    const CPU_VEC z = (CPU_VEC)(0.0f);
+    CPU_VSTORE(select(z, beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0, CPU_VLOAD(0, mk) > z),
+               0, c);
+    CPU_VSTORE(select(z, beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1, CPU_VLOAD(1, mk) > z),
+               1, c);
+  } else {
+    float l[2 * CPU_W];
+    CPU_VSTORE(v0, 0, l);
+    CPU_VSTORE(v1, 1, l);
+    for (uint e = 0; e < nn; e++)
+      c[e] = mk[e] > 0.0f ? (beta != 0.0f ? l[e] + beta * c[e] : l[e]) : 0.0f;
+  }
+}
+
 /* In a batch, a work-item asks for the next product's operands while it runs its own sum, a
  * few lines at each step t of it: without that its loads waited on memory (per-head products
  * of the issue-8 model, whose operands were written a kernel earlier: in a harness on the
@@ -206,10 +225,16 @@ __attribute__((always_inline)) inline void
 cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global const float *A, uint lda, int trans_a, __global const float *B, uint ldb,
          __global float *C, uint ldc, bool ask, uint t, __global const float *na,
-         size_t a_span, __global const float *nb, __global const float *nc, bool few) {
+         size_t a_span, __global const float *nb, __global const float *nc, bool few,
+         __global const float *mk, uint ldm) {
   const int rows = few ? CPU_MR / 2 : CPU_MR; /* a constant where cpu_rows is inlined */
   CPU_BLOCK_START;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
+  if (mk) /* the mask's rows, read by the store: asked for before the sum */
+    for (int r = 0; r < rows && i0 + r < m; r++) {
+      CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm, 0);
+      if (2 * CPU_W > 16) CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm + 16, 0);
+    }
   if (j0 + 2 * CPU_W <= n) {
     for (uint p = 0; p < k; p++, t++) {
       if (ask) {
@@ -236,13 +261,18 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
     }
   }
   for (int r = 0; r < rows && i0 + r < m; r++)
-    cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, n - j0);
+    if (mk)
+      cpu_store_masked(C + (size_t)(i0 + r) * ldc, mk + (size_t)(i0 + r) * ldm, alpha * c0[r],
+                       alpha * c1[r], beta, n - j0);
+    else
+      cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, n - j0);
 }
 
 __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global const float *A,
                        uint a_off, uint lda, uint a_stride, int trans_a, __global const float *B,
                        uint b_off, uint ldb, uint b_stride, __global float *C, uint c_off,
-                       uint ldc, uint c_stride, int rows_first) {
+                       uint ldc, uint c_stride, int rows_first, __global const float *M,
+                       uint m_off, uint ldm, int masked) {
   const uint c_id = get_global_id(rows_first ? 1 : 0), r_id = get_global_id(rows_first ? 0 : 1);
   const uint j0 = c_id * 2 * CPU_W, i0 = r_id * CPU_MR;
   if (j0 >= n || i0 >= m) return;
@@ -250,8 +280,9 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
   A += a_off + b * a_stride;
   B += b_off + b * b_stride + j0;
   C += c_off + b * c_stride + j0;
+  __global const float *mk = masked ? M + m_off + j0 : 0; /* with C's shape */
   cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, false, 0, A, 0, B, C,
-           false);
+           false, mk, ldm);
 }
 
 /* gemm_cpu's products in a batch of more than one (the per-head products): a work-item runs
@@ -274,10 +305,10 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
   for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k)
     if (m - i0 <= CPU_MR / 2)
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
-               A + a_stride, a_span, B + b_stride, C + c_stride, true);
+               A + a_stride, a_span, B + b_stride, C + c_stride, true, 0, 0);
     else
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
-               A + a_stride, a_span, B + b_stride, C + c_stride, false);
+               A + a_stride, a_span, B + b_stride, C + c_stride, false, 0, 0);
 }
 
 /* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha

@@ -38,6 +38,7 @@ typedef enum {
   OP_ADAM,
   OP_TRANSPOSE, /* gemm.c's operand transpose (relcl__transpose, kernels/util.cl) */
   OP_BATCHED,   /* gemm.c's batched products (attention's per-head ones) */
+  OP_RELU_LINEAR, /* a linear layer's backward after a ReLU (the feed-forward's second) */
 } op_kind;
 
 /* a, b, c: the op's sizes (see each check_*); f: eps, p, or lr; flag: the op's variant. */
@@ -185,6 +186,14 @@ static const layer_case cases[] = {
      * blocks of 32 rows (24 with AVX2's 6-row blocks), B shared; a last, shorter block */
     {OP_BATCHED, "single 150x40x33 beta", 150, 40, 33, 0, 12},
     {OP_BATCHED, "single 96x70x17", 96, 70, 17, 0, 8},
+    /* relu linear backward: a rows, b in, c out. ReLU's backward in gemm_cpu's store on a
+     * CPU: whole blocks, a last block of columns (in = 33), a wide product (in > 512: its
+     * work-items go down the rows first); relu_bwd after the product for a short sum (out
+     * <= 64, 64 rows or more: gemm_cpu_batch) and in the _group runs (CLBlast) */
+    {OP_RELU_LINEAR, "relu linear 64x96x100", 64, 96, 100, 0, 0},
+    {OP_RELU_LINEAR, "relu linear 130x33x100", 130, 33, 100, 0, 0},
+    {OP_RELU_LINEAR, "relu linear 37x1030x80", 37, 1030, 80, 0, 0},
+    {OP_RELU_LINEAR, "relu linear 96x64x40", 96, 64, 40, 0, 0},
 };
 
 /* ---- helpers ---- */
@@ -606,6 +615,61 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
   free(a), free(b), free(c0), free(want), free(got[0]), free(got[1]);
 }
 
+/* dx = (dy W) where x > 0, else 0, dW += dy^T x, db += column sums of dy
+ * (relcl__relu_linear_backward), against test/ref's linear backward masked here by the
+ * formula; x is a ReLU's output, about half of it exactly 0. dx holds NaN first (it is
+ * overwritten). */
+static void check_relu_linear(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, in = c->b, out = c->c;
+  const size_t nx = (size_t)rows * in, nw = (size_t)out * in, ny = (size_t)rows * out;
+  float *x = tu_alloc_host(nx), *w = tu_alloc_host(nw), *dy = tu_alloc_host(ny),
+        *nan = tu_alloc_host(nx);
+  tu_fill(x, nx, 61), tu_fill(w, nw, 62), tu_fill(dy, ny, 63);
+  size_t zeros = 0;
+  for (size_t i = 0; i < nx; i++) {
+    if (x[i] < 0.0f) x[i] = 0.0f, zeros++;
+    nan[i] = NAN;
+  }
+  double *dx = calloc(nx, 8), *dw = calloc(nw, 8), *db = calloc((size_t)out, 8);
+  ref_linear_backward(rows, in, out, x, w, dy, dx, dw, db);
+  for (size_t i = 0; i < nx; i++)
+    if (!(x[i] > 0.0f)) dx[i] = 0.0;
+  for (size_t i = 0; i < nw; i++) dw[i] += 0.5;
+  for (int i = 0; i < out; i++) db[i] += 0.5;
+  float *got[2][3];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, nx), Wm = tu_upload(ctx, w, nw), DY = tu_upload(ctx, dy, ny),
+           DX = tu_upload(ctx, nan, nx), DW, DB;
+    TU_OK(relcl_alloc(ctx, nw, &DW));
+    TU_OK(relcl_alloc(ctx, (size_t)out, &DB));
+    TU_OK(relcl_fill(ctx, B0(DW), 0.5f, nw));
+    TU_OK(relcl_fill(ctx, B0(DB), 0.5f, (size_t)out));
+    TU_OK(relcl__relu_linear_backward(ctx, rows, in, out, B0(X), B0(Wm), B0(DY), B0(DX),
+                                      B0(DW), B0(DB)));
+    got[run][0] = tu_download(ctx, DX, nx);
+    got[run][1] = tu_download(ctx, DW, nw);
+    got[run][2] = tu_download(ctx, DB, (size_t)out);
+    cl_mem all[] = {X, Wm, DY, DX, DW, DB};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  }
+  size_t kept_zero = 0; /* dx where x is 0 must be exactly 0 */
+  for (size_t i = 0; i < nx; i++) kept_zero += x[i] == 0.0f && got[0][0][i] != 0.0f;
+  tu_check(zeros > nx / 4 && kept_zero == 0, "%-28s dx 0 at all %zu zeros of x", c->name, zeros);
+  tu_check(tu_rel_err(got[0][0], dx, nx, 1e-2) < 1e-5, "%-28s dx     rel err %.2e", c->name,
+           tu_rel_err(got[0][0], dx, nx, 1e-2));
+  tu_check(tu_rel_err(got[0][1], dw, nw, 1e-2) < 1e-5, "%-28s dW     rel err %.2e", c->name,
+           tu_rel_err(got[0][1], dw, nw, 1e-2));
+  tu_check(tu_rel_err(got[0][2], db, (size_t)out, 1e-2) < 1e-5, "%-28s db     rel err %.2e",
+           c->name, tu_rel_err(got[0][2], db, (size_t)out, 1e-2));
+  int same = 1;
+  for (int i = 0; i < 3; i++)
+    same &= memcmp(got[0][i], got[1][i], (i == 0 ? nx : i == 1 ? nw : (size_t)out) * 4) == 0;
+  tu_check(same, "%-28s bitwise identical on a second run", c->name);
+  for (int run = 0; run < 2; run++)
+    for (int i = 0; i < 3; i++) free(got[run][i]);
+  free(x), free(w), free(dy), free(nan), free(dx), free(dw), free(db);
+}
+
 /* ---- fused ops of the model's graph ---- */
 
 static void check_fused(relcl_context *ctx, const layer_case *c) {
@@ -918,6 +982,7 @@ int main(int argc, char **argv) {
       case OP_ADAM: check_adam(ctx, c); break;
       case OP_TRANSPOSE: check_transpose(ctx, c); break;
       case OP_BATCHED: check_batched(ctx, c); break;
+      case OP_RELU_LINEAR: check_relu_linear(ctx, c); break;
     }
   }
   if (!only) check_errors(ctx);

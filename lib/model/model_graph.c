@@ -378,9 +378,8 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   if (bd->kind == SUB_FFN) {
     const relcl__ffn_p *f = bd->ffn;
     relcl_buf dh_ = W(p, L->dh);
-    TRY(relcl__linear_backward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), da, dh_, 0,
-                              G(p, f->w2), G(p, f->b2)));
-    TRY(relcl__relu_backward(p->ctx, (size_t)N * p->F, A(p, ba->h), dh_, dh_));
+    TRY(relcl__relu_linear_backward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), da, dh_,
+                                   G(p, f->w2), G(p, f->b2)));
     return relcl__linear_backward(p->ctx, N, D, p->F, u, P(p, f->w1), dh_, dx, acc, G(p, f->w1),
                                  G(p, f->b1));
   }

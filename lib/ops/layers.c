@@ -479,6 +479,19 @@ relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int ou
   return st;
 }
 
+relcl_status relcl__relu_linear_backward(relcl_context *ctx, int rows, int in, int out,
+                                         relcl_buf x, relcl_buf W, relcl_buf dy, relcl_buf dx,
+                                         relcl_buf dW, relcl_buf db) {
+  const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
+  bool masked = false;
+  relcl_status st =
+      relcl__gemm_relu_masked(ctx, R, I, O, 1.0f, dy, O, W, I, 0.0f, dx, I, x, I, &masked);
+  if (st == RELCL_OK && !masked) st = relcl__relu_backward(ctx, R * I, x, dx, dx);
+  return st == RELCL_OK
+             ? relcl__linear_backward(ctx, rows, in, out, x, W, dy, RELCL_BUF_NONE, 0, dW, db)
+             : st;
+}
+
 relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                    relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                    relcl_buf dW, relcl_buf db) {

@@ -47,6 +47,13 @@ relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, in
 relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                     relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                     relcl_buf dW, relcl_buf db);
+/* relcl__linear_backward (dx overwritten) of a linear layer whose input x is a ReLU's output,
+ * with ReLU's backward in dx: dx = dy W where x > 0, else 0 (the feed-forward's second
+ * layer). The mask goes into the product's store where relcl's gemm_cpu runs it, else
+ * relu_bwd runs after it; the same bits either way. */
+relcl_status relcl__relu_linear_backward(relcl_context *ctx, int rows, int in, int out,
+                                         relcl_buf x, relcl_buf W, relcl_buf dy, relcl_buf dx,
+                                         relcl_buf dW, relcl_buf db);
 relcl_status relcl__vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
                               relcl_buf y);
 relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,

@@ -255,7 +255,7 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
-                                size_t batch, cl_event *ev) {
+                                size_t batch, relcl_buf mask, size_t ldm, cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_batch(ctx, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
@@ -288,6 +288,12 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
      * B's columns shared, the products of 256 columns 5-45% slower. */
     const cl_int rows_first = n > 512;
     RELCL__ARG(&args, rows_first);
+    /* ReLU's backward in the store (relcl__gemm_relu_masked), or C in the mask's place */
+    const cl_int masked = mask.mem != NULL;
+    const cl_uint lm = (cl_uint)ldm;
+    relcl__buf_arg(&args, masked ? mask : c, NULL);
+    RELCL__ARG(&args, lm);
+    RELCL__ARG(&args, masked);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
     size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
     size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
@@ -325,11 +331,15 @@ typedef enum { CLBLAST_BATCHED, CLBLAST, CPU, CPU_BT, DOTS } how_t;
  * against 13. */
 #define RELCL_DOTS_BELOW 12
 
-relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
-                            bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
-                            size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
-                            size_t stride_b, float beta, relcl_buf c, size_t ldc,
-                            size_t stride_c, size_t batch) {
+/* relcl__gemm_in, and with a mask (mask.mem set) relcl__gemm_relu_masked: *masked tells
+ * whether the product applied it */
+static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                             bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                             relcl_buf a, size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                             size_t stride_b, float beta, relcl_buf c, size_t ldc,
+                             size_t stride_c, size_t batch, relcl_buf mask, size_t ldm,
+                             bool *masked) {
+  *masked = false;
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
   relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
@@ -372,6 +382,10 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
     how = !trans_b ? CPU : n >= RELCL_DOTS_BELOW ? CPU_BT : DOTS;
     if (how == CPU_BT && k > RELCL_CPU_BT_KMAX) len = RELCL_CPU_BT_KMAX;
   }
+  /* only gemm_cpu's single products take a mask: the caller applies it otherwise */
+  if (how != CPU || batch > 1 || narrow_chunk(ctx, trans_a, trans_b, m, k) > 0)
+    mask = RELCL_BUF_NONE;
+  *masked = mask.mem != NULL;
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
   /* the profile's name of what ran */
@@ -389,8 +403,9 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
       st = product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, bk, ldb, bb, c, ldc, e);
       break;
     case CPU:
+      /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, bb, c, ldc, stride_c, batch, e);
+                       stride_b, bb, c, ldc, stride_c, batch, mask, ldm, e);
       break;
     case CPU_BT:
       st = cpu_bt_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b,
@@ -412,14 +427,32 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
   }
   if (st == RELCL_OK && ev) {
     char name[160];
-    snprintf(name, sizeof name, "%s%s%s %zux%zux%zu x%zu", kind, trans_a ? " A^T" : "",
-             trans_b ? " B^T" : "", m, n, k, batch);
+    snprintf(name, sizeof name, "%s%s%s%s %zux%zux%zu x%zu", kind, trans_a ? " A^T" : "",
+             trans_b ? " B^T" : "", *masked ? " relu'" : "", m, n, k, batch);
     relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, k, batch}, start, ev);
   } else {
     if (ev) clReleaseEvent(ev);
     if (start) clReleaseEvent(start);
   }
   return st;
+}
+
+relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                            bool trans_b, size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                            size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                            size_t stride_b, float beta, relcl_buf c, size_t ldc,
+                            size_t stride_c, size_t batch) {
+  bool masked;
+  return gemm_run(ctx, part, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked);
+}
+
+relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, size_t k,
+                                     float alpha, relcl_buf a, size_t lda, relcl_buf b,
+                                     size_t ldb, float beta, relcl_buf c, size_t ldc,
+                                     relcl_buf y, size_t ldy, bool *masked) {
+  return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, false, m, n, k, alpha, a, lda, 0, b, ldb,
+                  0, beta, c, ldc, 0, 1, y, ldy, masked);
 }
 
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,

@@ -104,4 +104,13 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t stride_b, float beta, relcl_buf c, size_t ldc,
                             size_t stride_c, size_t batch);
 #define relcl__gemm(ctx, ...) relcl__gemm_in((ctx), RELCL_PART_CONTENT_GEMM, __VA_ARGS__)
+
+/* relcl__gemm's C = alpha A B + beta C (one product, A and B as laid out), then ReLU's
+ * backward where relcl's gemm_cpu runs the product: C[i][j] = 0 unless y[i][j] > 0 (y, ReLU's
+ * output, with C's shape, row length ldy), in its store. *masked false: the product ran
+ * unmasked (CLBlast, or another of relcl's kernels) and the caller applies relu_bwd. */
+relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, size_t k,
+                                     float alpha, relcl_buf a, size_t lda, relcl_buf b,
+                                     size_t ldb, float beta, relcl_buf c, size_t ldc,
+                                     relcl_buf y, size_t ldy, bool *masked);
 #endif
