@@ -212,14 +212,17 @@ static relcl_status dots_product(relcl_context *ctx, bool trans_a, size_t m, siz
   return relcl__enqueue(ctx, kern, &args, 1, &global, &local, ev);
 }
 
-/* A batch in relcl's gemm_cpu_batch (kernels/gemm.cl): a work-item for all rows of 2 W
- * columns of a product, asking for the next product's operands as it goes */
-static relcl_status cpu_batch(relcl_context *ctx, bool trans_a, size_t m, size_t n, size_t k,
-                              float alpha, relcl_buf a, size_t lda, size_t stride_a, relcl_buf b,
-                              size_t ldb, size_t stride_b, float beta, relcl_buf c, size_t ldc,
-                              size_t stride_c, size_t batch, cl_event *ev) {
+/* A batch in relcl's gemm_cpu_batch or gemm_cpu_bt (kernels/gemm.cl), a work-item for all
+ * rows of a product's block of 2 W columns, asking for the next product's operands as it goes:
+ * gemm_cpu_batch with B as laid out, gemm_cpu_bt with B transposed (a transposed copy of each
+ * block of B's rows in local memory, for gemm_cpu's sum) */
+static relcl_status cpu_columns(relcl_context *ctx, const char *kernel, bool trans_a, size_t m,
+                                size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
+                                size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
+                                float beta, relcl_buf c, size_t ldc, size_t stride_c,
+                                size_t batch, cl_event *ev) {
   relcl__kernel_entry *kern = NULL;
-  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_cpu_batch", &kern);
+  relcl_status st = relcl__kernel(ctx, "gemm", kernel, &kern);
   if (st != RELCL_OK) return st;
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
   product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
@@ -258,17 +261,18 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 size_t batch, relcl_buf mask, size_t ldm, cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
-    return cpu_batch(ctx, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
-                     ldc, stride_c, batch, ev);
+    return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                       stride_b, beta, c, ldc, stride_c, batch, ev);
   const size_t chunk = narrow_chunk(ctx, trans_a, trans_b, m, k);
   if (chunk > 0) {
     const size_t whole = m / chunk, rest = m - whole * chunk;
-    relcl_status st = cpu_batch(ctx, false, chunk, n, k, alpha, a, lda, chunk * lda, b, ldb, 0,
-                                beta, c, ldc, chunk * ldc, whole, rest ? NULL : ev);
+    relcl_status st =
+        cpu_columns(ctx, "gemm_cpu_batch", false, chunk, n, k, alpha, a, lda, chunk * lda, b, ldb,
+                    0, beta, c, ldc, chunk * ldc, whole, rest ? NULL : ev);
     if (st != RELCL_OK || rest == 0) return st;
-    return cpu_batch(ctx, false, rest, n, k, alpha,
-                     relcl_buf_at(a.mem, a.offset + whole * chunk * lda), lda, 0, b, ldb, 0,
-                     beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1, ev);
+    return cpu_columns(ctx, "gemm_cpu_batch", false, rest, n, k, alpha,
+                       relcl_buf_at(a.mem, a.offset + whole * chunk * lda), lda, 0, b, ldb, 0,
+                       beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1, ev);
   }
   cl_mem tb = NULL;
   relcl_status st = RELCL_OK;
@@ -301,24 +305,6 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   }
   relcl__pool_put(ctx, tb); /* the queue is in order: the product has read it */
   return st;
-}
-
-/* A batch of products with B transposed on CPU contexts, in relcl's gemm_cpu_bt: a transposed
- * copy of each block of B's rows in local memory, for gemm_cpu's sum (kernels/gemm.cl). */
-static relcl_status cpu_bt_product(relcl_context *ctx, bool trans_a, size_t m, size_t n,
-                                   size_t k, float alpha, relcl_buf a, size_t lda,
-                                   size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
-                                   float beta, relcl_buf c, size_t ldc, size_t stride_c,
-                                   size_t batch, cl_event *ev) {
-  relcl__kernel_entry *kern = NULL;
-  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_cpu_bt", &kern);
-  if (st != RELCL_OK) return st;
-  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-  product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
-               stride_c);
-  const size_t nr = 2 * (size_t)ctx->cpu_vec;
-  size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
-  return relcl__enqueue(ctx, kern, &args, 2, global, local, ev);
 }
 
 /* Who runs a product (relcl__gemm_in decides): CLBlast, one or a batch; relcl's gemm_cpu,
@@ -408,8 +394,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
                        stride_b, bb, c, ldc, stride_c, batch, mask, ldm, e);
       break;
     case CPU_BT:
-      st = cpu_bt_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b,
-                          bb, c, ldc, stride_c, batch, e);
+      st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
+                       stride_b, bb, c, ldc, stride_c, batch, e);
       break;
     case DOTS:
       st = dots_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b, bb,
