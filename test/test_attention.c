@@ -336,7 +336,7 @@ static void check_finite_differences(relcl_context *ctx, const attn_case *c) {
       TU_OK(relcl_write(ctx, relcl_buf_at(mems[in], 0), inputs[in].x, inputs[in].n));
       double fd = (loss[1] - loss[0]) / (2.0 * 1e-2);
       double e = fabs(fd - inputs[in].grad[i]) / scale;
-      if (e > worst) worst = e;
+      worst = tu_worse(worst, e);
     }
     tu_check(worst < 2e-3, "%-24s finite differences d%-3s rel err %.2e", c->name,
              inputs[in].name, worst);

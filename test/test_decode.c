@@ -121,7 +121,8 @@ static double scaled_err(const float *a, const float *b, size_t n) {
   double num = 0.0, den = 1.0;
   for (size_t i = 0; i < n; i++) {
     double e = fabs((double)a[i] - (double)b[i]);
-    if (!(e <= num)) num = e;
+    if (isnan(e)) return NAN; /* a NaN on either side fails (a later entry must not hide it) */
+    if (e > num) num = e;
     if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
   }
   return num / den;
@@ -196,7 +197,7 @@ static double cached_vs_full(relcl_model *m, const sources *s, int beam, int T,
     }
     free(z);
     double e = scaled_err(cached, want, (size_t)N * V);
-    if (!(e <= worst)) worst = e;
+    worst = tu_worse(worst, e);
     if (t > 0) {
       double c = scaled_err(cached, prev, (size_t)N * V);
       if (c < ctrl) ctrl = c;
@@ -330,7 +331,7 @@ static void check_beam(relcl_context *ctx, relcl_model *m, const sources *s) {
        * NLL sum is float, ~1e-6 relative per term; 1e-4 (1 + |logprob|) covers it */
       double tf = -teacher_forced(m, s, b, &h);
       double e = fabs(tf - h.logprob) / (1.0 + fabs(h.logprob));
-      if (e > worst_tf) worst_tf = e;
+      worst_tf = tu_worse(worst_tf, e);
       finished += h.finished;
       total++;
     }

@@ -484,7 +484,7 @@ static void check_linear(relcl_context *ctx, const layer_case *c) {
     double worst = 0;
     for (int i = 0; i < 4; i++) {
       double ei = tu_rel_err(got[i], want[i], len[i], 1e-2);
-      if (!(ei <= worst)) worst = ei; /* NaN propagates as failure */
+      worst = tu_worse(worst, ei);
       free(got[i]);
     }
     tu_check(worst < 2e-5, "%-28s operands at offsets 128/odd: worst rel err %.2e", c->name,
@@ -899,8 +899,9 @@ static void check_adam(relcl_context *ctx, const layer_case *c) {
     fp = tu_download(ctx, P, n), fm = tu_download(ctx, M, n), fv = tu_download(ctx, Vm, n);
     double em = tu_rel_err(fm, m, n, 1e-8), ev = tu_rel_err(fv, v, n, 1e-12);
     double ep = 0.0;
-    for (size_t i = 0; i < n; i++) ep = fmax(ep, fabs(fp[i] - p[i]) / lr);
-    worst_p = fmax(worst_p, ep), worst_m = fmax(worst_m, em), worst_v = fmax(worst_v, ev);
+    for (size_t i = 0; i < n; i++) ep = tu_worse(ep, fabs(fp[i] - p[i]) / lr);
+    worst_p = tu_worse(worst_p, ep), worst_m = tu_worse(worst_m, em);
+    worst_v = tu_worse(worst_v, ev);
   }
   tu_check(worst_m < 1e-5 && worst_v < 1e-5, "%-28s m, v rel err %.2e %.2e", c->name, worst_m,
            worst_v);

@@ -170,7 +170,7 @@ static void check_config(relcl_context *ctx, const char *name, relcl_model_confi
   double fd_max = 0.0, fd_err = 0.0;
   for (size_t i = 0; i < rm.param_count; i++) {
     fd_max = fmax(fd_max, fabs(gref[i]));
-    fd_err = fmax(fd_err, fabs(gfd[i] - gref[i]));
+    fd_err = tu_worse(fd_err, fabs(gfd[i] - gref[i]));
   }
   tu_check(Lg == Lt && fd_err <= REF_FD_TOL * fd_max,
            "%-26s reference backward == its central differences: max err %.1e of %.2e", name,

@@ -17,7 +17,7 @@ static void check_posenc(relcl_context *ctx, int B, int n, int dm, int pos0) {
   /* float sin/cos of arguments up to ~pos: the argument itself carries pos * 6e-8 of
    * rounding, so allow 1e-6 * (pos0 + n) + 1e-6 absolute */
   double worst = 0;
-  for (size_t i = 0; i < N; i++) worst = fmax(worst, fabs(y[i] - r[i]));
+  for (size_t i = 0; i < N; i++) worst = tu_worse(worst, fabs(y[i] - r[i]));
   double tol = 1e-6 * (pos0 + n) + 1e-6;
   tu_check(worst <= tol, "posenc B=%d n=%d d_model=%d pos0=%d: max err %.2e (tol %.1e)", B, n, dm,
            pos0, worst, tol);

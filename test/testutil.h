@@ -87,6 +87,12 @@ static inline float *tu_download(relcl_context *ctx, cl_mem m, size_t n) {
   return x;
 }
 
+/* The larger of two errors, NaN if either is: fmax and > would drop a NaN, and a check of
+ * the result would pass. */
+static inline double tu_worse(double a, double b) {
+  return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
 /* max |a - b| / max(max |b|, floor): the error relative to the tensor's scale. */
 static inline double tu_rel_err(const float *a, const double *b, size_t n, double floor_) {
   double num = 0.0, den = floor_;
