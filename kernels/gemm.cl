@@ -216,11 +216,13 @@ inline void cpu_store_masked(__global float *c, __global const float *mk, CPU_VE
     if (2 * CPU_W > 16) CPU_PREFETCH((p) + (size_t)(t) * (ld) + 16, w);                     \
   }
 
-/* The block of C at rows i0 .. i0 + CPU_MR - 1 and columns j0 .. j0 + 2 W - 1 (A, B and C
- * already at the product and B, C at column j0): its sum and its store. With ask, it also asks
- * for the next product's lines (na, nb, nc; a_span, see CPU_ASK_SPAN) at steps t, t + 1, ..
- * of the sum. gemm_cpu calls it with ask false, a constant: its sum is then as if this code
- * were not there (asking in gemm_cpu's single products had made them 5-10% slower). */
+/* The block of C at rows i0 .. i0 + CPU_MR - 1 (few: CPU_MR / 2) and columns j0 .. j0 + 2 W
+ * - 1 (A, B and C already at the product and B, C at column j0): its sum and its store. With
+ * ask, it also asks for the next product's lines (na, nb, nc; a_span, see CPU_ASK_SPAN) at
+ * steps t, t + 1, .. of the sum. gemm_cpu calls it with ask false, a constant: its sum is then
+ * as if this code were not there (asking in gemm_cpu's single products had made them 5-10%
+ * slower). With a mask mk (rows ldm apart, at column j0; else 0), its store is ReLU's
+ * backward (cpu_store_masked). */
 __attribute__((always_inline)) inline void
 cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global const float *A, uint lda, int trans_a, __global const float *B, uint ldb,
@@ -319,7 +321,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
  * B's block read from there. At most CPU_BT_KMAX terms (gemm.c cuts longer sums into slices).
  * Each element is one sum in order p = 0 .. k-1 (mad). Global (ceil(n / 2 W), batch), local
  * (1, 1). It asks for the next product's operands as it goes (CPU_ASK_SPAN), or in a single
- * product for the next block's. Q K^T of the issue-8 step: 130-137 GFLOP/s, and 248-258 with
+ * product for the next block's. Q K^T of the issue-8 step: 130-137 GFLOP/s, and 226-275 with
  * the asks, where gemm_heads' tiles (a work-group of four work-items, each eight rows by one
  * float16, B staged through local memory in slices of 32) ran at 92-94; a transposed copy of
  * the whole batch's B for gemm_cpu, at 54. */
