@@ -65,6 +65,9 @@ static const layer_case cases[] = {
     {OP_EMBEDDING, "emb repeated tokens", 300, 16, 7, 0, 1},
     {OP_EMBEDDING, "emb all one token", 257, 3, 5, 0, 3},
     {OP_EMBEDDING, "emb out-of-range ids", 40, 8, 13, 0, 2},
+    /* d past a vector of 16 and not a multiple of it (the item shape's backward: vectors of
+     * 16 columns, then one by one), repeated tokens */
+    {OP_EMBEDDING, "emb d=37 repeated tokens", 50, 37, 20, 0, 1},
     /* dropout: a n, f p, flag 1 = residual, 2 = backward accumulates */
     {OP_DROPOUT, "dropout p=0", 1000, 0, 0, 0.0f, 0},
     {OP_DROPOUT, "dropout n=1", 1, 0, 0, 0.1f, 1},

@@ -237,6 +237,7 @@ relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int voca
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, vocab);
   RELCL__ARG(&a, scale);
+  if (relcl__row_item(ctx)) return launch_nd(ctx, k, &a, 1, (size_t)n, 1, 1); /* a row each */
   return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n, 1);
 }
 
@@ -305,6 +306,8 @@ relcl_status relcl__embedding_backward(relcl_context *ctx, int n_tokens, int d, 
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, vocab);
   RELCL__ARG(&a, scale);
+  if (relcl__row_item(ctx)) /* a token each */
+    return launch_nd(ctx, k, &a, 1, (size_t)n_tokens, 1, 1);
   return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n_tokens, 1);
 }
 
