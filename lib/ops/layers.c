@@ -721,14 +721,16 @@ static relcl_status sum_block(relcl_context *ctx, relcl_buf x, relcl_buf part, s
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "optim", "sum_block", &k);
   if (st != RELCL_OK) return st;
-  cl_uint count = (cl_uint)n, block = (cl_uint)((n + blocks - 1) / blocks);
+  cl_uint count = (cl_uint)n, block = (cl_uint)((n + blocks - 1) / blocks), nb = (cl_uint)blocks;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, part, NULL);
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, block);
+  RELCL__ARG(&a, nb);
   RELCL__ARG(&a, flags);
-  return relcl__launch_rows(ctx, k, &a, blocks, block, 1, false); /* a tree per block */
+  /* a tree per block, or (item shape) a work-item per block */
+  return relcl__launch_rows(ctx, k, &a, blocks, block, 1, relcl__row_item(ctx));
 }
 
 relcl_status relcl__sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out) {
