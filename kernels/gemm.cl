@@ -15,54 +15,16 @@
  * products at a quarter to a half of these (README "One product on a CPU", "Per-head products
  * on a CPU"). Each element of C is one sum in a fixed order (mad), the same on every run. */
 
-/* clang's builtin shuffle where the compiler is clang, standard OpenCL C elsewhere, and where
- * RELCL_PORTABLE is defined (the suite's layers_portable runs the products so) */
-#if defined(__clang__) && !defined(RELCL_PORTABLE)
-#define HEADS_CLANG 1
-#else
-#define HEADS_CLANG 0
-#endif
-
-/* Shuffles of two float16 by constant indices (0-15 the first, 16-31 the second): clang's
- * builtin where the compiler is clang, OpenCL's shuffle2 elsewhere. Both become one vector
- * permute each on PoCL; with shuffle2 Q K^T ran 5% slower (relcl-bench, two interleaved
- * pairs, Zen 5). */
-#if HEADS_CLANG
-#define HEADS_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define HEADS_SHUFFLE(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
-#endif
-
 /* A request that the cache line at p be fetched, for a read (w 0) or a write (w 1): clang's
- * builtin (a prefetch instruction on a CPU) where the host asks for it (RELCL_PREFETCH, a
+ * builtin (a prefetch instruction on a CPU) where the host asks for it (RELCL_POCL, a
  * build option on PoCL: lib/runtime/program.c), nothing elsewhere. OpenCL's own prefetch()
  * is empty in PoCL. */
-#if HEADS_CLANG && defined(RELCL_PREFETCH)
+#if RELCL_CLANG && defined(RELCL_POCL)
 #define CPU_PREFETCH(p, w) __builtin_prefetch((p), (w), 3)
 #else
 #define CPU_PREFETCH(p, w) ((void)0)
 #endif
 
-/* One step of a 16 x 16 transpose in v[16]: in every pair of rows (r, r + S), r's bit S clear,
- * the entries in columns with bit S set in row r swap with those with it clear in row r + S.
- * After the steps for S = 8, 4, 2 and 1, (r, c) has gone to (c, r). Fully unrolled it must
- * be: written as a loop over all 16 rows with a test of bit S, the transpose gained nothing
- * over staging element by element. */
-#define HEADS_TRANSPOSE_STEP(S, LO, HI)                                                     \
-  _Pragma("unroll") for (int q = 0; q < 8; q++) {                                           \
-    const int r = q / S * 2 * S + q % S;                                                    \
-    const float16 x = v[r], y = v[r + S];                                                   \
-    v[r] = HEADS_SHUFFLE(x, y, LO);                                                         \
-    v[r + S] = HEADS_SHUFFLE(x, y, HI);                                                     \
-  }
-#define HEADS_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define HEADS_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-#define HEADS_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
-#define HEADS_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
-#define HEADS_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define HEADS_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define HEADS_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
-#define HEADS_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 
 /* dst (row length dst_ld) = the transpose of the 16 x 16 block at src (ld), in registers:
  * 16 row loads, 64 shuffles and 16 row stores instead of 256 scattered reads (for Q K^T, 30%
@@ -71,10 +33,7 @@ inline void heads_transpose16(__local float *dst, uint dst_ld, __global const fl
                               uint ld) {
   float16 v[16];
   _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] = vload16(0, src + r * ld);
-  HEADS_TRANSPOSE_STEP(8, HEADS_LO8, HEADS_HI8)
-  HEADS_TRANSPOSE_STEP(4, HEADS_LO4, HEADS_HI4)
-  HEADS_TRANSPOSE_STEP(2, HEADS_LO2, HEADS_HI2)
-  HEADS_TRANSPOSE_STEP(1, HEADS_LO1, HEADS_HI1)
+  RELCL_TRANSPOSE16(v);
   _Pragma("unroll") for (int r = 0; r < 16; r++) vstore16(v[r], 0, dst + r * dst_ld);
 }
 

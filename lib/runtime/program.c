@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether the device is PoCL's, whose compiler turns clang's __builtin_prefetch into the
- * CPU's prefetch instruction (kernels/gemm.cl CPU_PREFETCH, measured there). Oclgrind, also
- * clang, cannot run a kernel that calls it ("Undefined external function: llvm.prefetch"),
- * and other platforms are not measured: they build without it. */
+/* Whether the device is PoCL's (RELCL_POCL): the kernels then use what its compiler turns into
+ * the CPU's own instructions and was measured there: clang's __builtin_prefetch (gemm.cl
+ * CPU_PREFETCH) and util.cl's transpose through shuffled registers. Oclgrind, also clang,
+ * cannot run a kernel that calls the first ("Undefined external function: llvm.prefetch") and
+ * its uninitialized-value checker reports the second's stores; other platforms are not
+ * measured: they build without both. */
 static bool pocl_device(cl_device_id device) {
   cl_platform_id platform;
   char name[256] = "";
@@ -24,11 +26,11 @@ static bool pocl_device(cl_device_id device) {
 
 /* OpenCL C 1.2 everywhere; no -cl-fast-relaxed-math: it breaks masking on NVIDIA. The item
  * shape of the row kernels (kernels/common.cl) is a define, and so are gemm_cpu's vector
- * width (relcl__cpu_vec) and the prefetches of its batches (RELCL_PREFETCH, on PoCL); the
+ * width (relcl__cpu_vec) and whether the platform is PoCL (RELCL_POCL); the
  * options are part of the binary cache's key, so two builds never share an entry. */
 static const char *build_options(bool row_item, cl_device_id device, char *buf, size_t size) {
   snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d%s", row_item ? " -DRELCL_ROW_ITEM" : "",
-           relcl__cpu_vec(device), pocl_device(device) ? " -DRELCL_PREFETCH" : "");
+           relcl__cpu_vec(device), pocl_device(device) ? " -DRELCL_POCL" : "");
   return buf;
 }
 
