@@ -34,8 +34,8 @@ inline int relcl_keep(ulong q, uint word, uint stream_lo, uint stream_hi, uint s
 /* The counters' words of calls q0 .. q0+7: the low words, and the high words with the carry
  * (a true lane compares as all ones: minus it adds one) */
 #define RELCL_PHILOX8_START(c0, c1, c2, c3, q0)                                             \
-  uint8 c0 = (uint8)((uint)(q0)) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);                        \
-  uint8 c1 = (uint8)((uint)((q0) >> 32)) - as_uint8(c0 < (uint8)((uint)(q0)));             \
+  uint8 c0 = (uint8)((uint)(q0)) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);                         \
+  uint8 c1 = (uint8)((uint)((q0) >> 32)) - as_uint8(c0 < (uint8)((uint)(q0)));              \
   uint8 c2 = (uint8)(stream_lo), c3 = (uint8)(stream_hi)
 /* one round on eight calls' words with the keys k0, k1 */
 #define RELCL_PHILOX8_ROUND(c0, c1, c2, c3)                                                 \
@@ -156,8 +156,8 @@ inline float relcl_wg_max(__local float *red, float v) {
  * runs in place): relu_bwd took 96 ms a step as runs against 36. */
 #ifdef RELCL_ROW_ITEM
 #define RELCL_FOR_ELEMENTS(i, n)                                                   \
-  for (uint i = (uint)get_global_id(0) * RELCL_ELEM_RUN,                           \
-            i##_end = min((uint)(n), i + RELCL_ELEM_RUN);                          \
+  for (uint i = (uint)get_global_id(0) * RELCL_ELEM_RUN,                                    \
+            i##_end = min((uint)(n), i + RELCL_ELEM_RUN);                                   \
        i < i##_end; i++)
 #else
 #define RELCL_FOR_ELEMENTS(i, n) for (uint i = (uint)get_global_id(0); i < (uint)(n); i = (uint)(n))
@@ -224,16 +224,14 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
 /* clang's builtin shuffle where the compiler is clang, standard OpenCL C elsewhere, and where
  * RELCL_PORTABLE is defined (the suite's layers_portable runs the kernels so) */
 #if defined(__clang__) && !defined(RELCL_PORTABLE)
-#define RELCL_CLANG 1
-#else
-#define RELCL_CLANG 0
+#define RELCL_CLANG
 #endif
 
 /* Shuffles of two float16 by constant indices (0-15 the first, 16-31 the second): clang's
  * builtin where the compiler is clang, OpenCL's shuffle2 elsewhere. Both become one vector
  * permute each on PoCL; with shuffle2 Q K^T ran 5% slower (relcl-bench, two interleaved
  * pairs, Zen 5). */
-#if RELCL_CLANG
+#ifdef RELCL_CLANG
 #define RELCL_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
 #define RELCL_SHUFFLE(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
@@ -244,27 +242,27 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
  * After the steps for S = 8, 4, 2 and 1, (r, c) has gone to (c, r). Fully unrolled it must
  * be: written as a loop over all 16 rows with a test of bit S, the transpose gained nothing
  * over staging element by element. */
-#define RELCL_TRANSPOSE_STEP(S, LO, HI)                                                     \
+#define T16_STEP(S, LO, HI)                                                                 \
   _Pragma("unroll") for (int q = 0; q < 8; q++) {                                           \
     const int r = q / S * 2 * S + q % S;                                                    \
     const float16 x = v[r], y = v[r + S];                                                   \
     v[r] = RELCL_SHUFFLE(x, y, LO);                                                         \
     v[r + S] = RELCL_SHUFFLE(x, y, HI);                                                     \
   }
-#define RELCL_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define RELCL_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-#define RELCL_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
-#define RELCL_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
-#define RELCL_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define RELCL_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define RELCL_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
-#define RELCL_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+#define T16_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define T16_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define T16_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define T16_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define T16_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define T16_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define T16_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define T16_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 
 /* v[16], rows of a 16 x 16 block, becomes its transpose (the four steps above) */
 #define RELCL_TRANSPOSE16(v)                                                                \
   do {                                                                                      \
-    RELCL_TRANSPOSE_STEP(8, RELCL_LO8, RELCL_HI8)                                           \
-    RELCL_TRANSPOSE_STEP(4, RELCL_LO4, RELCL_HI4)                                           \
-    RELCL_TRANSPOSE_STEP(2, RELCL_LO2, RELCL_HI2)                                           \
-    RELCL_TRANSPOSE_STEP(1, RELCL_LO1, RELCL_HI1)                                           \
+    T16_STEP(8, T16_LO8, T16_HI8)                                                           \
+    T16_STEP(4, T16_LO4, T16_HI4)                                                           \
+    T16_STEP(2, T16_LO2, T16_HI2)                                                           \
+    T16_STEP(1, T16_LO1, T16_HI1)                                                           \
   } while (0)

@@ -19,7 +19,7 @@
  * builtin (a prefetch instruction on a CPU) where the host asks for it (RELCL_POCL, a
  * build option on PoCL: lib/runtime/program.c), nothing elsewhere. OpenCL's own prefetch()
  * is empty in PoCL. */
-#if RELCL_CLANG && defined(RELCL_POCL)
+#if defined(RELCL_CLANG) && defined(RELCL_POCL)
 #define CPU_PREFETCH(p, w) __builtin_prefetch((p), (w), 3)
 #else
 #define CPU_PREFETCH(p, w) ((void)0)

@@ -78,7 +78,7 @@ relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size
   RELCL__ARG(&a, c);
   if (a.err != CL_SUCCESS) return relcl__cl_fail(a.err, "clSetKernelArg(transpose)");
   /* blocks of 8 x 8 a work-item, or of 16 x 16 in the item shape (kernels/util.cl) */
-  const size_t side = relcl__row_item(ctx) ? 16 : 8;
+  const size_t side = ctx->row_item ? 16 : 8;
   const size_t bc = (cols + side - 1) / side;
   size_t wg[2] = {relcl__pow2_wg(bc, k->max_wg < 16 ? k->max_wg : 16), 1};
   size_t global[2] = {(bc + wg[0] - 1) / wg[0] * wg[0], (rows + side - 1) / side};
