@@ -163,6 +163,22 @@ inline float relcl_wg_max(__local float *red, float v) {
 #define RELCL_FOR_ELEMENTS(i, n) for (uint i = (uint)get_global_id(0); i < (uint)(n); i = (uint)(n))
 #endif
 
+#define RELCL_PASTE_(a, b) a##b
+#define RELCL_PASTE(a, b) RELCL_PASTE_(a, b)
+/* floatW, vloadW, vstoreW for the device's own vector width W (RELCL_CPU_VEC, a build option:
+ * 16 with AVX-512, 8 with AVX2; gemm.cl's products, and the item shape's long sums) */
+#define RELCL_CPU_VECTOR RELCL_PASTE(float, RELCL_CPU_VEC)
+#define RELCL_CPU_VLOAD RELCL_PASTE(vload, RELCL_CPU_VEC)
+#define RELCL_CPU_VSTORE RELCL_PASTE(vstore, RELCL_CPU_VEC)
+/* v's lanes added in order, or (max) their largest */
+inline float relcl_cpu_lanes(RELCL_CPU_VECTOR v, int max) {
+  float l[RELCL_CPU_VEC];
+  RELCL_CPU_VSTORE(v, 0, l);
+  float s = l[0];
+  for (int i = 1; i < RELCL_CPU_VEC; i++) s = max ? fmax(s, l[i]) : s + l[i];
+  return s;
+}
+
 /* The row kernels (attention.cl, layers.cl's layer norm, loss.cl) come in two shapes, chosen
  * per context (lib/runtime/context.c) by building with or without -DRELCL_ROW_ITEM:
  *  - group (GPUs): one power-of-two work-group per row, its work-items striding over the
@@ -185,8 +201,6 @@ inline float relcl_wg_max(__local float *red, float v) {
 inline float relcl_row_sum(__local float *red, float v) { return v; }
 inline float relcl_row_max(__local float *red, float v) { return v; }
 /* floatN, vloadN, vstoreN for N = RELCL_COL_VEC (flags.h) */
-#define RELCL_PASTE_(a, b) a##b
-#define RELCL_PASTE(a, b) RELCL_PASTE_(a, b)
 #define RELCL_COL_VECTOR RELCL_PASTE(float, RELCL_COL_VEC)
 #define RELCL_COL_VLOAD RELCL_PASTE(vload, RELCL_COL_VEC)
 #define RELCL_COL_VSTORE RELCL_PASTE(vstore, RELCL_COL_VEC)

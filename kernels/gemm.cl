@@ -94,11 +94,9 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
  * time, ran them at 95. */
 #define CPU_W RELCL_CPU_VEC
 #define CPU_MR RELCL_CPU_MR(CPU_W)
-#define CPU_PASTE_(a, b) a##b
-#define CPU_PASTE(a, b) CPU_PASTE_(a, b)
-#define CPU_VEC CPU_PASTE(float, RELCL_CPU_VEC)
-#define CPU_VLOAD CPU_PASTE(vload, RELCL_CPU_VEC)
-#define CPU_VSTORE CPU_PASTE(vstore, RELCL_CPU_VEC)
+#define CPU_VEC RELCL_CPU_VECTOR
+#define CPU_VLOAD RELCL_CPU_VLOAD
+#define CPU_VSTORE RELCL_CPU_VSTORE
 #define CPU_STEP(SP) CPU_STEP_R(SP, CPU_MR)
 /* the same for the first R rows of the block only (a last block of at most CPU_MR / 2 rows) */
 #define CPU_STEP_R(SP, R)                                                                   \
@@ -122,35 +120,25 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
 
 /* Row c of a work-item's block of C: alpha times its two accumulators v0, v1, plus beta C
  * (beta 0 does not read C: BLAS's rule, C may hold anything, NaN included); where fewer than
- * 2 W columns (nn) are left, through a copy. */
-inline void cpu_store(__global float *c, CPU_VEC v0, CPU_VEC v1, float beta, uint nn) {
-  if (nn >= 2 * CPU_W) {
-    CPU_VSTORE(beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0, 0, c);
-    CPU_VSTORE(beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1, 1, c);
-  } else {
-    float l[2 * CPU_W];
-    CPU_VSTORE(v0, 0, l);
-    CPU_VSTORE(v1, 1, l);
-    for (uint e = 0; e < nn; e++) c[e] = beta != 0.0f ? l[e] + beta * c[e] : l[e];
-  }
-}
-
-/* cpu_store with ReLU's backward folded in: 0 where the mask's row mk (ReLU's output) is not
- * above 0, as relu_bwd computes it (kernels/layers.cl), the same bits */
-inline void cpu_store_masked(__global float *c, __global const float *mk, CPU_VEC v0,
-                             CPU_VEC v1, float beta, uint nn) {
+ * 2 W columns (nn) are left, through a copy. With a mask row mk (not 0), ReLU's backward
+ * folded in: 0 where mk (ReLU's output) is not above 0, as relu_bwd computes it
+ * (kernels/layers.cl), the same bits. */
+inline void cpu_store(__global float *c, __global const float *mk, CPU_VEC v0, CPU_VEC v1,
+                      float beta, uint nn) {
   if (nn >= 2 * CPU_W) {
     const CPU_VEC z = (CPU_VEC)(0.0f);
-    CPU_VSTORE(select(z, beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0, CPU_VLOAD(0, mk) > z),
-               0, c);
-    CPU_VSTORE(select(z, beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1, CPU_VLOAD(1, mk) > z),
-               1, c);
+    v0 = beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0;
+    v1 = beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1;
+    CPU_VSTORE(mk ? select(z, v0, CPU_VLOAD(0, mk) > z) : v0, 0, c);
+    CPU_VSTORE(mk ? select(z, v1, CPU_VLOAD(1, mk) > z) : v1, 1, c);
   } else {
     float l[2 * CPU_W];
     CPU_VSTORE(v0, 0, l);
     CPU_VSTORE(v1, 1, l);
-    for (uint e = 0; e < nn; e++)
-      c[e] = mk[e] > 0.0f ? (beta != 0.0f ? l[e] + beta * c[e] : l[e]) : 0.0f;
+    for (uint e = 0; e < nn; e++) {
+      const float v = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+      c[e] = !mk || mk[e] > 0.0f ? v : 0.0f;
+    }
   }
 }
 
@@ -181,7 +169,7 @@ inline void cpu_store_masked(__global float *c, __global const float *mk, CPU_VE
  * steps t, t + 1, .. of the sum. gemm_cpu calls it with ask false, a constant: its sum is then
  * as if this code were not there (asking in gemm_cpu's single products had made them 5-10%
  * slower). With a mask mk (rows ldm apart, at column j0; else 0), its store is ReLU's
- * backward (cpu_store_masked). */
+ * backward (cpu_store). */
 __attribute__((always_inline)) inline void
 cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global const float *A, uint lda, int trans_a, __global const float *B, uint ldb,
@@ -222,11 +210,8 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
     }
   }
   for (int r = 0; r < rows && i0 + r < m; r++)
-    if (mk)
-      cpu_store_masked(C + (size_t)(i0 + r) * ldc, mk + (size_t)(i0 + r) * ldm, alpha * c0[r],
-                       alpha * c1[r], beta, n - j0);
-    else
-      cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, n - j0);
+    cpu_store(C + (size_t)(i0 + r) * ldc, mk ? mk + (size_t)(i0 + r) * ldm : 0, alpha * c0[r],
+              alpha * c1[r], beta, n - j0);
 }
 
 __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global const float *A,
@@ -306,7 +291,7 @@ bt_rows(uint i0, uint m, uint k, float alpha, float beta, __global const float *
     CPU_STEP_R(p * sp, rows)
   }
   for (int r = 0; r < rows && i0 + r < m; r++)
-    cpu_store(C + (size_t)(i0 + r) * ldc, alpha * c0[r], alpha * c1[r], beta, nn);
+    cpu_store(C + (size_t)(i0 + r) * ldc, 0, alpha * c0[r], alpha * c1[r], beta, nn);
 }
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,

@@ -277,20 +277,21 @@ __kernel void embed_bwd(__global const int *tokens, uint tok_off, __global const
                         __global const float *dout, uint do_off, __global float *dtable,
                         uint dt_off, int n_tokens, int d, int vocab, float scale) {
 #ifdef RELCL_ROW_ITEM
-  /* global (n_tokens): a work-item sums its token's rows, 16 columns at a time in a vector,
-   * then the last columns one by one; each element's sum in the same order (p ascending) */
+  /* global (n_tokens): a work-item sums its token's rows, a vector of the device's width
+   * (RELCL_CPU_VEC columns) at a time, then the last columns one by one; each element's sum
+   * in the same order (p ascending) */
   const int u = get_global_id(0);
   if (u >= n_tokens) return;
   const int tok = tokens[tok_off + u];
   if (tok < 0 || tok >= vocab) return;
   const int p0 = offsets[ofs_off + u], p1 = offsets[ofs_off + u + 1];
   __global float *dt = dtable + dt_off + (size_t)tok * d;
-  const int vend = d - d % 16;
-  for (int c = 0; c < vend; c += 16) {
-    float16 s = 0.0f;
+  const int vend = d - d % RELCL_CPU_VEC;
+  for (int c = 0; c < vend; c += RELCL_CPU_VEC) {
+    RELCL_CPU_VECTOR s = 0.0f;
     for (int p = p0; p < p1; p++)
-      s += vload16(0, dout + do_off + (size_t)positions[pos_off + p] * d + c);
-    vstore16(vload16(0, dt + c) + scale * s, 0, dt + c);
+      s += RELCL_CPU_VLOAD(0, dout + do_off + (size_t)positions[pos_off + p] * d + c);
+    RELCL_CPU_VSTORE(RELCL_CPU_VLOAD(0, dt + c) + scale * s, 0, dt + c);
   }
   for (int c = vend; c < d; c++) {
     float s = 0.0f;

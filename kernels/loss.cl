@@ -5,26 +5,11 @@
 
 /* flags: RELCL_WRITE_GRAD (kernels/flags.h) */
 
-#ifdef RELCL_ROW_ITEM
-/* The item shape's vectors here are the device's own width (RELCL_CPU_VEC, a build option:
- * 16 floats with AVX-512, 8 with AVX2), not common.cl's RELCL_COL_VEC (8): a row of logits is
- * long (8000 entries in the issue-8 model). relcl-bench's issue-8 step (Zen 5, two
- * interleaved pairs): 7.6-7.7 ms a step against 10.2-10.4 with 8; attention's rows, 32 keys
- * long, ran slower with 16 and keep 8. */
-#define XENT_VEC RELCL_CPU_VEC
-#define XENT_VECTOR RELCL_PASTE(float, RELCL_CPU_VEC)
-#define XENT_VLOAD RELCL_PASTE(vload, RELCL_CPU_VEC)
-#define XENT_VSTORE RELCL_PASTE(vstore, RELCL_CPU_VEC)
-
-/* the lanes of v summed, or their largest, in order (as common.cl's relcl_lanes_sum) */
-inline float xent_lanes(XENT_VECTOR v, int max) {
-  float l[XENT_VEC];
-  XENT_VSTORE(v, 0, l);
-  float s = l[0];
-  for (int i = 1; i < XENT_VEC; i++) s = max ? fmax(s, l[i]) : s + l[i];
-  return s;
-}
-#endif
+/* The item shape's vectors here are the device's own width (common.cl's RELCL_CPU_VECTOR: 16
+ * floats with AVX-512, 8 with AVX2), not RELCL_COL_VEC (8): a row of logits is long (8000
+ * entries in the issue-8 model). relcl-bench's issue-8 step (Zen 5, two interleaved pairs):
+ * 7.6-7.7 ms a step against 10.2-10.4 with 8; attention's rows, 32 keys long, ran slower with
+ * 16 and keep 8. */
 
 /* losses (rows, 2): (label-smoothed loss, nll). dz may be z (in place): every lane reads
  * z[t], then (group shape) a global-memory barrier (the reductions' barriers fence only local
@@ -55,19 +40,19 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
    * pass scales it (exp(z - lse) = exp(z - max) / se): one exp an entry instead of two, the
    * row (32 KB at 8000 entries) still in cache. dz may be z: each entry is read before it is
    * written, by this work-item alone. */
-  const int vend = V - V % XENT_VEC, grad = flags & RELCL_WRITE_GRAD;
-  XENT_VECTOR m8 = -FLT_MAX;
-  for (int v = 0; v < vend; v += XENT_VEC) m8 = fmax(m8, XENT_VLOAD(0, zr + v));
-  float mx = xent_lanes(m8, 1);
+  const int vend = V - V % RELCL_CPU_VEC, grad = flags & RELCL_WRITE_GRAD;
+  RELCL_CPU_VECTOR m8 = -FLT_MAX;
+  for (int v = 0; v < vend; v += RELCL_CPU_VEC) m8 = fmax(m8, RELCL_CPU_VLOAD(0, zr + v));
+  float mx = relcl_cpu_lanes(m8, 1);
   for (int v = vend; v < V; v++) mx = fmax(mx, zr[v]);
-  XENT_VECTOR se8 = 0.0f, sz8 = 0.0f;
-  for (int v = 0; v < vend; v += XENT_VEC) {
-    const XENT_VECTOR x = XENT_VLOAD(0, zr + v), e = exp(x - mx);
+  RELCL_CPU_VECTOR se8 = 0.0f, sz8 = 0.0f;
+  for (int v = 0; v < vend; v += RELCL_CPU_VEC) {
+    const RELCL_CPU_VECTOR x = RELCL_CPU_VLOAD(0, zr + v), e = exp(x - mx);
     se8 += e;
     sz8 += x;
-    if (grad) XENT_VSTORE(e, 0, dzr + v);
+    if (grad) RELCL_CPU_VSTORE(e, 0, dzr + v);
   }
-  float se = xent_lanes(se8, 0), sz = xent_lanes(sz8, 0);
+  float se = relcl_cpu_lanes(se8, 0), sz = relcl_cpu_lanes(sz8, 0);
   for (int v = vend; v < V; v++) {
     const float x = zr[v], e = exp(x - mx);
     se += e;
@@ -96,8 +81,8 @@ __kernel void xent_rows(__global const float *z, uint z_off, __global const int 
     const float u = eps / (float)V;
 #ifdef RELCL_ROW_ITEM
     const float r = 1.0f / se;
-    for (int v = 0; v < vend; v += XENT_VEC)
-      XENT_VSTORE(grad_scale * (XENT_VLOAD(0, dzr + v) * r - u), 0, dzr + v);
+    for (int v = 0; v < vend; v += RELCL_CPU_VEC)
+      RELCL_CPU_VSTORE(grad_scale * (RELCL_CPU_VLOAD(0, dzr + v) * r - u), 0, dzr + v);
     for (int v = vend; v < V; v++) dzr[v] = grad_scale * (dzr[v] * r - u);
     /* the target's entry again, from zt: dz may be z */
     dzr[t] = grad_scale * (exp(zt - lse) - (1.0f - eps + u));

@@ -11,11 +11,6 @@
  * (RELCL_CPU_VEC, lane l taking the elements l mod the width), the lanes added in order, then
  * the last elements: relcl-bench's issue-8 step (Zen 5, two interleaved pairs), 0.61-0.65 ms
  * a step against 3.41-3.43 in the group shape, whose lanes each read every 256th element. */
-#ifdef RELCL_ROW_ITEM
-#define SUM_VECTOR RELCL_PASTE(float, RELCL_CPU_VEC)
-#define SUM_VLOAD RELCL_PASTE(vload, RELCL_CPU_VEC)
-#define SUM_VSTORE RELCL_PASTE(vstore, RELCL_CPU_VEC)
-#endif
 __kernel void sum_block(__global const float *x, uint x_off, __global float *part, uint p_off,
                         uint n, uint block, uint blocks, int flags, __local float *red) {
 #ifdef RELCL_ROW_ITEM
@@ -24,15 +19,12 @@ __kernel void sum_block(__global const float *x, uint x_off, __global float *par
   const uint i0 = min(n, g * block), i1 = min(n, i0 + block);
   const uint vend = i0 + (i1 - i0) / RELCL_CPU_VEC * RELCL_CPU_VEC;
   __global const float *xs = x + x_off;
-  SUM_VECTOR acc = 0.0f;
+  RELCL_CPU_VECTOR acc = 0.0f;
   for (uint i = i0; i < vend; i += RELCL_CPU_VEC) {
-    const SUM_VECTOR v = SUM_VLOAD(0, xs + i);
+    const RELCL_CPU_VECTOR v = RELCL_CPU_VLOAD(0, xs + i);
     acc += (flags & RELCL_SQUARE) ? v * v : v;
   }
-  float l[RELCL_CPU_VEC];
-  SUM_VSTORE(acc, 0, l);
-  float s = l[0];
-  for (int k = 1; k < RELCL_CPU_VEC; k++) s += l[k];
+  float s = relcl_cpu_lanes(acc, 0);
   for (uint i = vend; i < i1; i++) {
     const float v = xs[i];
     s += (flags & RELCL_SQUARE) ? v * v : v;

@@ -245,7 +245,8 @@ static relcl_status cpu_columns(relcl_context *ctx, const char *kernel, bool tra
 #define RELCL_CPU_NARROW_K 64
 #define RELCL_CPU_CHUNK_BLOCKS 4
 
-/* The rows of each block such a product goes in, or 0 where it goes to gemm_cpu */
+/* The rows of each block such a product goes in, or 0 where it goes to gemm_cpu (gemm_run
+ * asks once and passes it to cpu_product) */
 static size_t narrow_chunk(const relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                            size_t k) {
   const size_t chunk = RELCL_CPU_CHUNK_BLOCKS * (size_t)RELCL_CPU_MR(ctx->cpu_vec);
@@ -261,12 +262,12 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
-                                size_t batch, relcl_buf mask, size_t ldm, cl_event *ev) {
+                                size_t batch, size_t chunk, relcl_buf mask, size_t ldm,
+                                cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
                        stride_b, beta, c, ldc, stride_c, batch, ev);
-  const size_t chunk = narrow_chunk(ctx, trans_a, trans_b, m, k);
   if (chunk > 0) {
     const size_t whole = m / chunk, rest = m - whole * chunk;
     relcl_status st =
@@ -371,15 +372,15 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     how = !trans_b ? CPU : n >= RELCL_DOTS_BELOW ? CPU_BT : DOTS;
     if (how == CPU_BT && k > RELCL_CPU_BT_KMAX) len = RELCL_CPU_BT_KMAX;
   }
+  /* a single product for gemm_cpu_batch's blocks of rows (cpu_product) */
+  const size_t chunk = how == CPU && batch == 1 ? narrow_chunk(ctx, trans_a, trans_b, m, k) : 0;
   /* only gemm_cpu's single products take a mask: the caller applies it otherwise */
-  if (how != CPU || batch > 1 || narrow_chunk(ctx, trans_a, trans_b, m, k) > 0)
-    mask = RELCL_BUF_NONE;
+  if (how != CPU || batch > 1 || chunk > 0) mask = RELCL_BUF_NONE;
   *masked = mask.mem != NULL;
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
   /* the profile's name of what ran */
-  const bool batched = batch > 1 || narrow_chunk(ctx, trans_a, trans_b, m, k) > 0;
-  const char *kind = how == CPU && batched ? "gemm_cpu_batch" : kinds[how];
+  const char *kind = how == CPU && (batch > 1 || chunk > 0) ? "gemm_cpu_batch" : kinds[how];
   st = RELCL_OK;
   for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
     const size_t kk = k - k0 < len ? k - k0 : len;
@@ -394,7 +395,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     case CPU:
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, bb, c, ldc, stride_c, batch, mask, ldm, e);
+                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
