@@ -5,7 +5,8 @@
  *                gradients);
  *   gemm_cpu_batch  its sum for batches with B as laid out (the per-head alpha V, dV, dQ, dK:
  *                32 x 64 x 32 in the issue-8 model, 500 at a time), asking for the next
- *                product's operands as it goes;
+ *                product's operands as it goes, with a second term in the same sum where
+ *                asked (alpha V and dQ with a shared table's label sums);
  *   gemm_cpu_bt  the batched ones with B transposed and 12 columns or more (Q K^T, dalpha =
  *                dZ V^T: 32 x 32 x 64), gemm_cpu's sum over a transposed copy of B's block;
  *   gemm_heads_dots  the same with fewer than 12 columns (short sentences).
@@ -163,19 +164,52 @@ inline void cpu_store(__global float *c, __global const float *mk, CPU_VEC v0, C
     if (2 * CPU_W > 16) CPU_PREFETCH((p) + (size_t)(t) * (ld) + 16, w);                     \
   }
 
+/* One sum of cpu_rows: for p = 0 .. KK-1, B's row p (BB, rows LDB apart, at column j0) times
+ * op(A)[i][p] = a[r][p SP] of the block's rows, with the asks for the next product's lines
+ * at steps t, t + 1, .. (CPU_ASK_NEXT) where ask is set */
+#define CPU_SUM(BB, LDB, KK, SP)                                                            \
+  if (j0 + 2 * CPU_W <= n) {                                                                \
+    for (uint p = 0; p < (KK); p++, t++) {                                                  \
+      if (ask) CPU_ASK_NEXT(t);                                                             \
+      __global const float *bp = (BB) + (size_t)p * (LDB);                                  \
+      const CPU_VEC b0 = CPU_VLOAD(0, bp), b1 = CPU_VLOAD(1, bp);                           \
+      CPU_STEP_R(p * (SP), rows)                                                            \
+    }                                                                                       \
+  } else {                                                                                  \
+    const uint nn = n - j0;                                                                 \
+    for (uint p = 0; p < (KK); p++, t++) {                                                  \
+      if (ask) CPU_ASK_NEXT(t);                                                             \
+      float bt[2 * CPU_W];                                                                  \
+      for (uint e = 0; e < 2 * CPU_W; e++) bt[e] = e < nn ? (BB)[(size_t)p * (LDB) + e] : 0.0f; \
+      const CPU_VEC b0 = CPU_VLOAD(0, bt), b1 = CPU_VLOAD(1, bt);                           \
+      CPU_STEP_R(p * (SP), rows)                                                            \
+    }                                                                                       \
+  }
+#define CPU_ASK_NEXT(t)                                                                     \
+  {                                                                                         \
+    CPU_ASK_SPAN(na, a_span, t, 0);                                                         \
+    CPU_ASK_ROW(nb, ldb, k, t, 0);                                                          \
+    CPU_ASK_ROW(nc, ldc, m, t, 1);                                                          \
+    CPU_ASK_SPAN(na2, a2_span, t, 0);                                                       \
+  }
+
 /* The block of C at rows i0 .. i0 + CPU_MR - 1 (few: CPU_MR / 2) and columns j0 .. j0 + 2 W
  * - 1 (A, B and C already at the product and B, C at column j0): its sum and its store. With
- * ask, it also asks for the next product's lines (na, nb, nc; a_span, see CPU_ASK_SPAN) at
- * steps t, t + 1, .. of the sum. gemm_cpu calls it with ask false, a constant: its sum is then
- * as if this code were not there (asking in gemm_cpu's single products had made them 5-10%
- * slower). With a mask mk (rows ldm apart, at column j0; else 0), its store is ReLU's
- * backward (cpu_store). */
+ * k2 > 0 a second term follows in the same sum, A2 (m x k2, rows lda2 apart) times B2 (k2 x n,
+ * at column j0): C = alpha (op(A) B + A2 B2) + beta C, each element's k terms in order, then
+ * its k2 terms. With ask, it also asks for the next product's lines (na, nb, nc, na2; a_span,
+ * a2_span, see CPU_ASK_SPAN) at steps t, t + 1, .. of the sum. gemm_cpu calls it with ask
+ * false and k2 0, constants: its sum is then as if this code were not there (asking in
+ * gemm_cpu's single products had made them 5-10% slower). With a mask mk (rows ldm apart, at
+ * column j0; else 0), its store is ReLU's backward (cpu_store). */
 __attribute__((always_inline)) inline void
 cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global const float *A, uint lda, int trans_a, __global const float *B, uint ldb,
+         __global const float *A2, uint lda2, __global const float *B2, uint ldb2, uint k2,
          __global float *C, uint ldc, bool ask, uint t, __global const float *na,
-         size_t a_span, __global const float *nb, __global const float *nc, bool few,
-         __global const float *mk, uint ldm) {
+         size_t a_span, __global const float *nb, __global const float *nc,
+         __global const float *na2, size_t a2_span, bool few, __global const float *mk,
+         uint ldm) {
   const int rows = few ? CPU_MR / 2 : CPU_MR; /* a constant where cpu_rows is inlined */
   CPU_BLOCK_START;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
@@ -184,30 +218,10 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
       CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm, 0);
       if (2 * CPU_W > 16) CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm + 16, 0);
     }
-  if (j0 + 2 * CPU_W <= n) {
-    for (uint p = 0; p < k; p++, t++) {
-      if (ask) {
-        CPU_ASK_SPAN(na, a_span, t, 0);
-        CPU_ASK_ROW(nb, ldb, k, t, 0);
-        CPU_ASK_ROW(nc, ldc, m, t, 1);
-      }
-      __global const float *bp = B + (size_t)p * ldb;
-      const CPU_VEC b0 = CPU_VLOAD(0, bp), b1 = CPU_VLOAD(1, bp);
-      CPU_STEP_R(p * sp, rows)
-    }
-  } else {
-    const uint nn = n - j0;
-    for (uint p = 0; p < k; p++, t++) {
-      if (ask) {
-        CPU_ASK_SPAN(na, a_span, t, 0);
-        CPU_ASK_ROW(nb, ldb, k, t, 0);
-        CPU_ASK_ROW(nc, ldc, m, t, 1);
-      }
-      float bt[2 * CPU_W];
-      for (uint e = 0; e < 2 * CPU_W; e++) bt[e] = e < nn ? B[(size_t)p * ldb + e] : 0.0f;
-      const CPU_VEC b0 = CPU_VLOAD(0, bt), b1 = CPU_VLOAD(1, bt);
-      CPU_STEP_R(p * sp, rows)
-    }
+  CPU_SUM(B, ldb, k, sp)
+  if (k2 > 0) {
+    for (int r = 0; r < CPU_MR; r++) a[r] = A2 + (size_t)min(i0 + r, m - 1) * lda2;
+    CPU_SUM(B2, ldb2, k2, 1)
   }
   for (int r = 0; r < rows && i0 + r < m; r++)
     cpu_store(C + (size_t)(i0 + r) * ldc, mk ? mk + (size_t)(i0 + r) * ldm : 0, alpha * c0[r],
@@ -227,34 +241,44 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
   B += b_off + b * b_stride + j0;
   C += c_off + b * c_stride + j0;
   __global const float *mk = masked ? M + m_off + j0 : 0; /* with C's shape */
-  cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, false, 0, A, 0, B, C,
-           false, mk, ldm);
+  cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A, 0, B, 0, 0, C, ldc, false,
+           0, A, 0, B, C, A, 0, false, mk, ldm);
 }
 
 /* gemm_cpu's products in a batch of more than one (the per-head products): a work-item runs
  * all rows of a block of 2 W columns of one product, and asks for the next product's lines as
  * it goes (CPU_ASK_SPAN). Global (ceil(n / 2 W), batch), local (1, 1). In a harness on the
  * Zen 5 EPYC, 32x64x32 x500 with the operands out of cache: 285 us against gemm_cpu's 420, A
- * transposed 291 against 387; in cache, 237-246 against 244-251. */
+ * transposed 291 against 387; in cache, 237-246 against 244-251. With k2 > 0, each product
+ * has cpu_rows' second term, A2 (m x k2) B2 (k2 x n), both as laid out, at strides a2_stride
+ * and b2_stride (0: one B2 for all; gemm.c's relcl__gemm_plus: a shared table's label sums
+ * added to alpha V and to dQ in the same pass). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
-    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride) {
+    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride, uint k2,
+    __global const float *A2, uint a2_off, uint lda2, uint a2_stride, __global const float *B2,
+    uint b2_off, uint ldb2, uint b2_stride) {
   const uint j0 = get_global_id(0) * 2 * CPU_W;
   const ulong b = get_global_id(1);
   A += a_off + b * a_stride;
   B += b_off + b * b_stride + j0;
   C += c_off + b * c_stride + j0;
+  A2 += a2_off + b * a2_stride;
+  B2 += b2_off + b * b2_stride + j0;
   const bool ask = b + 1 < get_global_size(1);
   const size_t a_span = trans_a ? (size_t)(k - 1) * lda + m : (size_t)(m - 1) * lda + k;
+  const size_t a2_span = k2 > 0 ? (size_t)(m - 1) * lda2 + k2 : 0;
   /* the last block, if it has at most half of CPU_MR rows, in a block of half the height */
-  for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k)
+  for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k + k2)
     if (m - i0 <= CPU_MR / 2)
-      cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
-               A + a_stride, a_span, B + b_stride, C + c_stride, true, 0, 0);
+      cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
+               ldc, ask, t, A + a_stride, a_span, B + b_stride, C + c_stride, A2 + a2_stride,
+               a2_span, true, 0, 0);
     else
-      cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, C, ldc, ask, t,
-               A + a_stride, a_span, B + b_stride, C + c_stride, false, 0, 0);
+      cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
+               ldc, ask, t, A + a_stride, a_span, B + b_stride, C + c_stride, A2 + a2_stride,
+               a2_span, false, 0, 0);
 }
 
 /* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha

@@ -171,6 +171,15 @@ static const layer_case cases[] = {
     /* a last block of at most half of gemm_cpu's rows, in a block of half the height (also
      * 33x17x35, B^T 3x17x300, 9x16x129 and 10x12x64 above with AVX-512's 8-row blocks) */
     {OP_BATCHED, "batched A^T 36x20x40 beta", 36, 20, 40, 0, 5},
+    /* flag 16: a second term of f terms, A2 B2 (relcl__gemm_plus; flag 32: one B2 for all, a
+     * shared table's window): in gemm_cpu_batch's sum on a CPU, a second product elsewhere
+     * and for one product (flag 8) */
+    {OP_BATCHED, "plus 32x64x32+17 shared", 32, 64, 32, 17, 48},
+    {OP_BATCHED, "plus 32x64x32+33 beta", 32, 64, 32, 33, 20},
+    {OP_BATCHED, "plus A^T 37x70x13+5 beta shared", 37, 70, 13, 5, 53},
+    {OP_BATCHED, "plus 7x64x7+1 shared", 7, 64, 7, 1, 48},
+    {OP_BATCHED, "plus 36x20x40+3 beta", 36, 20, 40, 3, 20},
+    {OP_BATCHED, "plus single 37x29x13+9", 37, 29, 13, 9, 24},
     /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (2 W columns by 8 or 6 rows a
      * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
      * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */
@@ -586,10 +595,16 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
   const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
   const size_t sa = (ta ? k : m) * lda + 7, sb = (tb ? n : k) * ldb + 5, sc = m * ldc + 3;
   const size_t na = 5 + batch * sa, nb = 11 + batch * sb, nc = 2 + batch * sc;
+  /* the second term (flag 16): A2 m x k2 at 4, B2 k2 x n at 6, shared with flag 32 */
+  const size_t k2 = c->flag & 16 ? (size_t)c->f : 0, lda2 = k2 + 2, ldb2 = n + 3;
+  const size_t sa2 = m * lda2 + 3, sb2 = c->flag & 32 ? 0 : k2 * ldb2 + 1;
+  const size_t na2 = 4 + batch * sa2, nb2 = 6 + (batch - 1) * sb2 + k2 * ldb2;
   const float alpha = full ? -0.5f : 1.0f, beta = full ? 0.75f : 0.0f, sentinel = -7.25f;
   float *a = tu_alloc_host(na), *b = tu_alloc_host(nb), *c0 = tu_alloc_host(nc);
+  float *a2 = tu_alloc_host(na2), *b2 = tu_alloc_host(nb2);
   double *want = calloc(nc, sizeof *want);
   tu_fill(a, na, 101), tu_fill(b, nb, 102), tu_fill(c0, nc, 103);
+  tu_fill(a2, na2, 104), tu_fill(b2, nb2, 105);
   for (size_t i = 0; i < nc; i++) { /* the entries' C: random (beta != 0) or NaN */
     const size_t o = i - 2, r = o % sc / ldc, col = o % sc % ldc;
     const int inside = i >= 2 && o / sc < batch && r < m && col < n;
@@ -599,13 +614,25 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
   }
   ref_gemm_batched(ta, tb, (int)m, (int)n, (int)k, alpha, a + 5, (int)lda, sa, b + 11, (int)ldb,
                    sb, beta, want + 2, (int)ldc, sc, (int)batch);
+  if (k2 > 0)
+    ref_gemm_batched(0, 0, (int)m, (int)n, (int)k2, alpha, a2 + 4, (int)lda2, sa2, b2 + 6,
+                     (int)ldb2, sb2, 1.0, want + 2, (int)ldc, sc, (int)batch);
   float *got[2];
   for (int run = 0; run < 2; run++) {
     cl_mem A = tu_upload(ctx, a, na), B = tu_upload(ctx, b, nb), C = tu_upload(ctx, c0, nc);
-    TU_OK(relcl__gemm(ctx, ta, tb, m, n, k, alpha, relcl_buf_at(A, 5), lda, sa,
-                      relcl_buf_at(B, 11), ldb, sb, beta, relcl_buf_at(C, 2), ldc, sc, batch));
+    cl_mem A2 = tu_upload(ctx, a2, na2), B2 = tu_upload(ctx, b2, nb2);
+    if (k2 > 0) {
+      const relcl__gemm_term t2 = {k2, relcl_buf_at(A2, 4), lda2, sa2, relcl_buf_at(B2, 6), ldb2,
+                                   sb2};
+      TU_OK(relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, ta, m, n, k, alpha,
+                             relcl_buf_at(A, 5), lda, sa, relcl_buf_at(B, 11), ldb, sb, &t2,
+                             RELCL_PART_RELATIVE_GEMM, beta, relcl_buf_at(C, 2), ldc, sc, batch));
+    } else {
+      TU_OK(relcl__gemm(ctx, ta, tb, m, n, k, alpha, relcl_buf_at(A, 5), lda, sa,
+                        relcl_buf_at(B, 11), ldb, sb, beta, relcl_buf_at(C, 2), ldc, sc, batch));
+    }
     got[run] = tu_download(ctx, C, nc);
-    release(A), release(B), release(C);
+    release(A), release(B), release(C), release(A2), release(B2);
   }
   size_t touched = 0;
   for (size_t i = 0; i < nc; i++)
@@ -615,7 +642,7 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
   tu_check(touched == 0, "%-28s nothing else written (%zu entries)", c->name, touched);
   tu_check(memcmp(got[0], got[1], nc * sizeof(float)) == 0, "%-28s the same bits twice",
            c->name);
-  free(a), free(b), free(c0), free(want), free(got[0]), free(got[1]);
+  free(a), free(b), free(c0), free(a2), free(b2), free(want), free(got[0]), free(got[1]);
 }
 
 /* dx = (dy W) where x > 0, else 0, dW += dy^T x, db += column sums of dy

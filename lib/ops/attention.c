@@ -169,7 +169,8 @@ static relcl__args label_args(relcl__kernel_entry *k, const plan *p, relcl_buf i
 
 /* With a shared table, the label values and sums are two products over all rows with the
  * table's window (R x d). On CPUs (relcl__own_products) they go through relcl's GEMM door to
- * gemm_cpu_bt and gemm_cpu, which ran them 2 to 2.5 times faster than relcl's dedicated
+ * gemm_cpu_bt and gemm_cpu (the sums, since session 23, inside alpha V's and dQ's per-head
+ * product: heads_product), which ran them 2 to 2.5 times faster than relcl's dedicated
  * kernels of sessions 12 to 19 (relcl-bench's issue-8 step, Zen 5: 16000x33x64 4.6 -> 1.8-2.1
  * ms a step, 16000x64x33 2.4 -> 1.5-1.8). Elsewhere relcl's kernels (kernels/attention.cl
  * labels_shared, add_labels_shared) run them, an output a work-item: as CLBlast's batched
@@ -239,6 +240,28 @@ static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;
+}
+
+/* Y = A B per (b, h) (A nq x nk, B nk x d), and with labels Y += L (rows x R) W[window]
+ * (add_from_labels). A shared table's labels, where relcl's own products run, go into the
+ * same pass as A B's (relcl__gemm_plus: each element of Y one sum, nk terms then R): the
+ * label sums' own product (16000x64x33 and 16000x64x17 with beta 1, issue-8 step) moved all
+ * of Y twice more for R terms. */
+static relcl_status heads_product(relcl_context *ctx, const plan *p, bool per_head, relcl_buf A,
+                                  relcl_buf B, bool labels, relcl_buf L, relcl_buf W,
+                                  relcl_buf Y) {
+  const size_t nk = (size_t)p->nk, R = (size_t)p->R;
+  if (labels && !per_head && relcl__own_products(ctx)) {
+    const relcl__gemm_term t2 = {R, L, R, p->nq * R,
+                                 relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d), p->d, 0};
+    return relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, false, p->nq, p->d, nk, 1.0f, A, nk,
+                            p->nq * nk, B, p->d, nk * p->d, &t2, RELCL_PART_RELATIVE_GEMM, 0.0f,
+                            Y, p->d, p->nq * p->d, p->BH);
+  }
+  relcl_status st = relcl__gemm(ctx, false, false, p->nq, p->d, nk, 1.0f, A, nk, p->nq * nk, B,
+                                p->d, nk * p->d, 0.0f, Y, p->d, p->nq * p->d, p->BH);
+  if (st == RELCL_OK && labels) st = add_from_labels(ctx, p, per_head, L, W, Y);
+  return st;
 }
 
 /* A shared table's dW[window] += L^T X over all rows, in two passes of fixed order: the
@@ -418,9 +441,7 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
   }
 
   /* Z = alpha' V (+ B' wV) */
-  st = relcl__gemm(ctx, false, false, p.nq, p.d, p.nk, 1.0f, Sb, p.nk, p.nq * p.nk, V, p.d,
-                   p.nk * p.d, 0.0f, Z, p.d, p.nq * p.d, p.BH);
-  if (st == RELCL_OK && p.rel_v) st = add_from_labels(ctx, &p, desc->per_head, Bb, wV, Z);
+  st = heads_product(ctx, &p, desc->per_head, Sb, V, p.rel_v, Bb, wV, Z);
 done:
   relcl__pool_put(ctx, S);
   relcl__pool_put(ctx, Pm);
@@ -517,9 +538,7 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
     if ((st = launch_rows(ctx, kbwd, &a, &p)) != RELCL_OK) goto done;
   }
   /* dQ = de K (+ C wK);  dK = de^T Q;  dwK += C^T Q */
-  st = relcl__gemm(ctx, false, false, p.nq, p.d, p.nk, 1.0f, Db, p.nk, p.nq * p.nk, K, p.d,
-                   p.nk * p.d, 0.0f, dQ, p.d, p.nq * p.d, p.BH);
-  if (st == RELCL_OK && p.rel) st = add_from_labels(ctx, &p, desc->per_head, Cb, wK, dQ);
+  st = heads_product(ctx, &p, desc->per_head, Db, K, p.rel, Cb, wK, dQ);
   if (st == RELCL_OK)
     st = relcl__gemm(ctx, true, false, p.nk, p.d, p.nq, 1.0f, Db, p.nk, p.nq * p.nk, Q, p.d,
                      p.nq * p.d, 0.0f, dK, p.d, p.nk * p.d, p.BH);

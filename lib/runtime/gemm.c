@@ -6,6 +6,7 @@
 
 #include <clblast_c.h>
 #include <stdio.h>
+#include <string.h>
 
 static relcl_status clblast_fail(CLBlastStatusCode code, const char *what, size_t m, size_t n,
                                  size_t k, size_t batch) {
@@ -222,14 +223,26 @@ static relcl_status dots_product(relcl_context *ctx, bool trans_a, size_t m, siz
 static relcl_status cpu_columns(relcl_context *ctx, const char *kernel, bool trans_a, size_t m,
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
-                                float beta, relcl_buf c, size_t ldc, size_t stride_c,
-                                size_t batch, cl_event *ev) {
+                                const relcl__gemm_term *t2, float beta, relcl_buf c, size_t ldc,
+                                size_t stride_c, size_t batch, cl_event *ev) {
   relcl__kernel_entry *kern = NULL;
   relcl_status st = relcl__kernel(ctx, "gemm", kernel, &kern);
   if (st != RELCL_OK) return st;
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
   product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                stride_c);
+  if (strcmp(kernel, "gemm_cpu_batch") == 0) { /* its second term: none (k2 0) without t2 */
+    const relcl__gemm_term none = {0, a, 0, 0, b, 0, 0}, *t = t2 ? t2 : &none;
+    const cl_uint k2 = (cl_uint)t->k, la = (cl_uint)t->lda, sa = (cl_uint)t->stride_a,
+                  lb = (cl_uint)t->ldb, sb = (cl_uint)t->stride_b;
+    RELCL__ARG(&args, k2);
+    relcl__buf_arg(&args, t->a, NULL);
+    RELCL__ARG(&args, la);
+    RELCL__ARG(&args, sa);
+    relcl__buf_arg(&args, t->b, NULL);
+    RELCL__ARG(&args, lb);
+    RELCL__ARG(&args, sb);
+  }
   const size_t nr = 2 * (size_t)ctx->cpu_vec;
   size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
   return relcl__enqueue(ctx, kern, &args, 2, global, local, ev);
@@ -263,20 +276,21 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                 size_t batch, size_t chunk, relcl_buf mask, size_t ldm,
-                                cl_event *ev) {
+                                const relcl__gemm_term *t2, cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                       stride_b, beta, c, ldc, stride_c, batch, ev);
+                       stride_b, t2, beta, c, ldc, stride_c, batch, ev);
   if (chunk > 0) {
     const size_t whole = m / chunk, rest = m - whole * chunk;
     relcl_status st =
         cpu_columns(ctx, "gemm_cpu_batch", false, chunk, n, k, alpha, a, lda, chunk * lda, b, ldb,
-                    0, beta, c, ldc, chunk * ldc, whole, rest ? NULL : ev);
+                    0, NULL, beta, c, ldc, chunk * ldc, whole, rest ? NULL : ev);
     if (st != RELCL_OK || rest == 0) return st;
     return cpu_columns(ctx, "gemm_cpu_batch", false, rest, n, k, alpha,
                        relcl_buf_at(a.mem, a.offset + whole * chunk * lda), lda, 0, b, ldb, 0,
-                       beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1, ev);
+                       NULL, beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1,
+                       ev);
   }
   cl_mem tb = NULL;
   relcl_status st = RELCL_OK;
@@ -321,15 +335,15 @@ typedef enum { CLBLAST_BATCHED, CLBLAST, CPU, CPU_BT, DOTS } how_t;
  * against 13. */
 #define RELCL_DOTS_BELOW 12
 
-/* relcl__gemm_in, and with a mask (mask.mem set) relcl__gemm_relu_masked: *masked tells
- * whether the product applied it */
+/* relcl__gemm_in, with a mask (mask.mem set) relcl__gemm_relu_masked, and with a second term
+ * (t2) relcl__gemm_plus: *masked and *added tell whether the product applied them */
 static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                              bool trans_b, size_t m, size_t n, size_t k, float alpha,
                              relcl_buf a, size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                              size_t stride_b, float beta, relcl_buf c, size_t ldc,
                              size_t stride_c, size_t batch, relcl_buf mask, size_t ldm,
-                             bool *masked) {
-  *masked = false;
+                             bool *masked, const relcl__gemm_term *t2, bool *added) {
+  *masked = *added = false;
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
   relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
@@ -377,6 +391,9 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   /* only gemm_cpu's single products take a mask: the caller applies it otherwise */
   if (how != CPU || batch > 1 || chunk > 0) mask = RELCL_BUF_NONE;
   *masked = mask.mem != NULL;
+  /* only gemm_cpu_batch's batches take a second term, in one piece */
+  if (how != CPU || batch == 1 || len != k || (t2 && t2->k == 0)) t2 = NULL;
+  *added = t2 != NULL;
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
   /* the profile's name of what ran */
@@ -395,11 +412,11 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     case CPU:
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, e);
+                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, t2, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, bb, c, ldc, stride_c, batch, e);
+                       stride_b, NULL, bb, c, ldc, stride_c, batch, e);
       break;
     case DOTS:
       st = dots_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b, bb,
@@ -416,10 +433,12 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     }
   }
   if (st == RELCL_OK && ev) {
-    char name[160];
-    snprintf(name, sizeof name, "%s%s%s%s %zux%zux%zu x%zu", kind, trans_a ? " A^T" : "",
-             trans_b ? " B^T" : "", *masked ? " relu'" : "", m, n, k, batch);
-    relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, k, batch}, start, ev);
+    char name[160], plus[32] = ""; /* a second term's length: "+17" */
+    if (t2) snprintf(plus, sizeof plus, "+%zu", t2->k);
+    snprintf(name, sizeof name, "%s%s%s%s %zux%zux%zu%s x%zu", kind, trans_a ? " A^T" : "",
+             trans_b ? " B^T" : "", *masked ? " relu'" : "", m, n, k, plus, batch);
+    const size_t sum = k + (t2 ? t2->k : 0); /* rated as the one sum it is */
+    relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, sum, batch}, start, ev);
   } else {
     if (ev) clReleaseEvent(ev);
     if (start) clReleaseEvent(start);
@@ -432,17 +451,35 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                             size_t stride_b, float beta, relcl_buf c, size_t ldc,
                             size_t stride_c, size_t batch) {
-  bool masked;
+  bool masked, added;
   return gemm_run(ctx, part, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked);
+                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked, NULL,
+                  &added);
+}
+
+relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                              size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                              size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                              size_t stride_b, const relcl__gemm_term *t2,
+                              relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
+                              size_t stride_c, size_t batch) {
+  bool masked, added;
+  relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                             stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked,
+                             t2, &added);
+  if (st != RELCL_OK || added || t2->k == 0) return st;
+  return gemm_run(ctx, part2, false, false, m, n, t2->k, alpha, t2->a, t2->lda, t2->stride_a,
+                  t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0,
+                  &masked, NULL, &added);
 }
 
 relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, size_t k,
                                      float alpha, relcl_buf a, size_t lda, relcl_buf b,
                                      size_t ldb, float beta, relcl_buf c, size_t ldc,
                                      relcl_buf y, size_t ldy, bool *masked) {
+  bool added;
   return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, false, m, n, k, alpha, a, lda, 0, b, ldb,
-                  0, beta, c, ldc, 0, 1, y, ldy, masked);
+                  0, beta, c, ldc, 0, 1, y, ldy, masked, NULL, &added);
 }
 
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,

@@ -105,6 +105,27 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t stride_c, size_t batch);
 #define relcl__gemm(ctx, ...) relcl__gemm_in((ctx), RELCL_PART_CONTENT_GEMM, __VA_ARGS__)
 
+/* The second term of relcl__gemm_plus: A2 (m x k) and B2 (k x n), both as laid out, product
+ * e's at e times their strides (0: one for all) */
+typedef struct relcl__gemm_term {
+  size_t k;
+  relcl_buf a;
+  size_t lda, stride_a;
+  relcl_buf b;
+  size_t ldb, stride_b;
+} relcl__gemm_term;
+
+/* relcl__gemm_in's C = alpha (op(A) B + A2 B2) + beta C, B as laid out, batch times. Where
+ * relcl's gemm_cpu_batch runs the batch (CPUs, batch > 1), in one pass: each element one sum,
+ * op(A) B's terms then A2 B2's, timed under part; elsewhere C = alpha op(A) B + beta C under
+ * part, then C += alpha A2 B2 under part2. */
+relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                              size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                              size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                              size_t stride_b, const relcl__gemm_term *t2,
+                              relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
+                              size_t stride_c, size_t batch);
+
 /* relcl__gemm's C = alpha A B + beta C (one product, A and B as laid out), then ReLU's
  * backward where relcl's gemm_cpu runs the product: C[i][j] = 0 unless y[i][j] > 0 (y, ReLU's
  * output, with C's shape, row length ldy), in its store. *masked false: the product ran
