@@ -252,18 +252,24 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
  * transposed 291 against 387; in cache, 237-246 against 244-251. With k2 > 0, each product
  * has cpu_rows' second term, A2 (m x k2) B2 (k2 x n), both as laid out, at strides a2_stride
  * and b2_stride (0: one B2 for all; gemm.c's relcl__gemm_plus: a shared table's label sums
- * added to alpha V and to dQ in the same pass). */
+ * added to alpha V and to dQ in the same pass). With heads > 1, product b's C is at (b /
+ * heads) c_stride + (b % heads) c_head: the per-head products of a sequence's heads write
+ * straight into the merged layout, where relcl_heads_merge would have copied them. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
     uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride, uint k2,
     __global const float *A2, uint a2_off, uint lda2, uint a2_stride, __global const float *B2,
-    uint b2_off, uint ldb2, uint b2_stride) {
+    uint b2_off, uint ldb2, uint b2_stride, uint heads, uint c_head) {
   const uint j0 = get_global_id(0) * 2 * CPU_W;
   const ulong b = get_global_id(1);
+  /* product b's C: b c_stride, or with heads > 1 (b / heads) c_stride + (b % heads) c_head */
+  const ulong bs = b / heads, bh = b - bs * heads, ns = (b + 1) / heads, nh = b + 1 - ns * heads;
+  __global float *const C0 = C + c_off + j0;
   A += a_off + b * a_stride;
   B += b_off + b * b_stride + j0;
-  C += c_off + b * c_stride + j0;
+  C = C0 + bs * c_stride + bh * c_head;
+  __global float *const next_c = C0 + ns * c_stride + nh * c_head;
   A2 += a2_off + b * a2_stride;
   B2 += b2_off + b * b2_stride + j0;
   const bool ask = b + 1 < get_global_size(1);
@@ -273,11 +279,11 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
   for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k + k2)
     if (m - i0 <= CPU_MR / 2)
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
-               ldc, ask, t, A + a_stride, a_span, B + b_stride, C + c_stride, A2 + a2_stride,
+               ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
                a2_span, true, 0, 0);
     else
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
-               ldc, ask, t, A + a_stride, a_span, B + b_stride, C + c_stride, A2 + a2_stride,
+               ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
                a2_span, false, 0, 0);
 }
 

@@ -10,6 +10,7 @@
  * 1e-4. (Observed: below 2e-6 on PoCL.) A wrong label, mask or scale changes entries by O(0.1)
  * relative, far above both. Errors are relative to max(largest entry, 1e-2): an all-zero
  * reference (dwK with k = 0) is compared on the scale of the other gradients, which are O(1). */
+#include "ops.h" /* relcl__attn_forward/backward with merged outputs */
 #include "ref/ref.h"
 #include "testutil.h"
 
@@ -202,6 +203,65 @@ static int same_bits(const float *a, const float *b, size_t n) {
   return memcmp(a, b, n * sizeof *a) == 0;
 }
 
+/* The model's graph asks for Z, dQ, dK and dV in the merged layout (ops.h: sequence b's row
+ * i, head h at b n ld + i ld + h dh): each entry the same bits as in the heads layout of the
+ * public functions (r), and the columns past the heads and the entry before the buffer's
+ * start untouched. */
+static void check_merged(relcl_context *ctx, const relcl_attn_desc *d, const tensors *t,
+                         const device_run *r, const char *name) {
+  const size_t B = (size_t)d->batch, H = (size_t)d->heads, dh = (size_t)d->head_dim;
+  const size_t nq = (size_t)d->nq, nk = (size_t)d->nk, ld = H * dh + 3;
+  const size_t nz = 1 + B * nq * ld, nkv = 1 + B * nk * ld;
+  const float sentinel = -7.25f;
+  float *init = tu_alloc_host(nkv > nz ? nkv : nz);
+  for (size_t i = 0; i < (nkv > nz ? nkv : nz); i++) init[i] = sentinel;
+  cl_mem Q = tu_upload(ctx, t->Q, t->nQ), K = tu_upload(ctx, t->K, t->nKV),
+         V = tu_upload(ctx, t->V, t->nKV), wK = tu_upload(ctx, t->wK, t->nW),
+         wV = tu_upload(ctx, t->wV, t->nW), dZ = tu_upload(ctx, t->dZ, t->nQ);
+  cl_mem kl = t->key_len ? tu_upload(ctx, t->key_len, B) : NULL;
+  cl_mem Z = tu_upload(ctx, init, nz), dQ = tu_upload(ctx, init, nz),
+         dK = tu_upload(ctx, init, nkv), dV = tu_upload(ctx, init, nkv), P, dwK, dwV;
+  TU_OK(relcl_alloc(ctx, t->nP, &P));
+  TU_OK(relcl_alloc(ctx, t->nW, &dwK));
+  TU_OK(relcl_alloc(ctx, t->nW, &dwV));
+  TU_OK(relcl_fill(ctx, relcl_buf_at(dwK, 0), 0.0f, t->nW)); /* they accumulate */
+  TU_OK(relcl_fill(ctx, relcl_buf_at(dwV, 0), 0.0f, t->nW));
+  relcl_buf klb = kl ? relcl_buf_at(kl, 0) : RELCL_BUF_NONE;
+  TU_OK(relcl__attn_forward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0), relcl_buf_at(V, 0),
+                            relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb, relcl_buf_at(Z, 1),
+                            ld, relcl_buf_at(P, 0)));
+  TU_OK(relcl__attn_backward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0),
+                             relcl_buf_at(V, 0), relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb,
+                             relcl_buf_at(P, 0), relcl_buf_at(dZ, 0), relcl_buf_at(dQ, 1),
+                             relcl_buf_at(dK, 1), relcl_buf_at(dV, 1), ld,
+                             relcl_buf_at(dwK, 0), relcl_buf_at(dwV, 0)));
+  float *got[4] = {tu_download(ctx, Z, nz), tu_download(ctx, dQ, nz), tu_download(ctx, dK, nkv),
+                   tu_download(ctx, dV, nkv)};
+  const float *want[4] = {r->Z, r->dQ, r->dK, r->dV};
+  const size_t rows[4] = {nq, nq, nk, nk};
+  size_t wrong = 0, touched = 0;
+  for (int o = 0; o < 4; o++) {
+    touched += got[o][0] != sentinel;
+    for (size_t b = 0; b < B; b++)
+      for (size_t i = 0; i < rows[o]; i++)
+        for (size_t col = 0; col < ld; col++) {
+          const float g = got[o][1 + (b * rows[o] + i) * ld + col];
+          const size_t h = col / dh, e = col % dh;
+          if (h >= H)
+            touched += g != sentinel;
+          else
+            wrong += memcmp(&g, &want[o][((b * H + h) * rows[o] + i) * dh + e], 4) != 0;
+        }
+  }
+  tu_check(wrong == 0 && touched == 0,
+           "%-24s merged Z, dQ, dK, dV: the heads layout's bits (%zu differ), nothing else "
+           "written (%zu)", name, wrong, touched);
+  for (int o = 0; o < 4; o++) free(got[o]);
+  free(init);
+  cl_mem all[] = {Q, K, V, wK, wV, dZ, kl, Z, P, dQ, dK, dV, dwK, dwV};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+}
+
 static void check_case(relcl_context *ctx, const attn_case *c) {
   relcl_attn_desc d = desc_of(c);
   tensors t = make_tensors(c, 1000 + (uint64_t)(c - cases) * 16);
@@ -246,6 +306,7 @@ static void check_case(relcl_context *ctx, const attn_case *c) {
              same_bits(r.dV, r2.dV, t.nKV) && same_bits(r.dwK, r2.dwK, t.nW) &&
              same_bits(r.dwV, r2.dwV, t.nW);
   tu_check(same, "%-24s bitwise identical on a second run", c->name);
+  check_merged(ctx, &d, &t, &r, c->name);
 
   free_run(&r);
   free_run(&r2);

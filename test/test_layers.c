@@ -180,6 +180,13 @@ static const layer_case cases[] = {
     {OP_BATCHED, "plus 7x64x7+1 shared", 7, 64, 7, 1, 48},
     {OP_BATCHED, "plus 36x20x40+3 beta", 36, 20, 40, 3, 20},
     {OP_BATCHED, "plus single 37x29x13+9", 37, 29, 13, 9, 24},
+    /* flag 64: C in the heads' layout (relcl__gemm_plus: attention's outputs merged as they
+     * are written), 6 products in 2 groups of 3 heads */
+    {OP_BATCHED, "heads 32x64x32", 32, 64, 32, 0, 64},
+    {OP_BATCHED, "heads A^T 32x64x32", 32, 64, 32, 0, 65},
+    {OP_BATCHED, "heads 32x64x32+17 shared", 32, 64, 32, 17, 112},
+    {OP_BATCHED, "heads A^T 37x70x13+5 beta", 37, 70, 13, 5, 85},
+    {OP_BATCHED, "heads 7x20x9", 7, 20, 9, 0, 64},
     /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (2 W columns by 8 or 6 rows a
      * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
      * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */
@@ -591,10 +598,13 @@ static void check_transpose(relcl_context *ctx, const layer_case *c) {
  * 0, C holds NaN first (BLAS: C is not read); the gaps hold a sentinel that must stay. */
 static void check_batched(relcl_context *ctx, const layer_case *c) {
   const int ta = c->flag & 1, tb = (c->flag & 2) != 0, full = (c->flag & 4) != 0;
-  const size_t m = (size_t)c->a, n = (size_t)c->b, k = (size_t)c->c, batch = c->flag & 8 ? 1 : 3;
-  const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+  /* flag 64: C in the heads' layout, product e at (e / 3) sc + (e % 3) n, two groups of 3 */
+  const size_t heads = c->flag & 64 ? 3 : 1;
+  const size_t m = (size_t)c->a, n = (size_t)c->b, k = (size_t)c->c;
+  const size_t batch = c->flag & 8 ? 1 : 3 * (heads > 1 ? 2 : 1), groups = batch / heads;
+  const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = heads * n + 2;
   const size_t sa = (ta ? k : m) * lda + 7, sb = (tb ? n : k) * ldb + 5, sc = m * ldc + 3;
-  const size_t na = 5 + batch * sa, nb = 11 + batch * sb, nc = 2 + batch * sc;
+  const size_t na = 5 + batch * sa, nb = 11 + batch * sb, nc = 2 + groups * sc;
   /* the second term (flag 16): A2 m x k2 at 4, B2 k2 x n at 6, shared with flag 32 */
   const size_t k2 = c->flag & 16 ? (size_t)c->f : 0, lda2 = k2 + 2, ldb2 = n + 3;
   const size_t sa2 = m * lda2 + 3, sb2 = c->flag & 32 ? 0 : k2 * ldb2 + 1;
@@ -607,26 +617,30 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
   tu_fill(a2, na2, 104), tu_fill(b2, nb2, 105);
   for (size_t i = 0; i < nc; i++) { /* the entries' C: random (beta != 0) or NaN */
     const size_t o = i - 2, r = o % sc / ldc, col = o % sc % ldc;
-    const int inside = i >= 2 && o / sc < batch && r < m && col < n;
+    const int inside = i >= 2 && o / sc < groups && r < m && col < heads * n;
     if (!inside) c0[i] = sentinel;
     else if (!full) c0[i] = NAN;
     want[i] = c0[i];
   }
-  ref_gemm_batched(ta, tb, (int)m, (int)n, (int)k, alpha, a + 5, (int)lda, sa, b + 11, (int)ldb,
-                   sb, beta, want + 2, (int)ldc, sc, (int)batch);
-  if (k2 > 0)
-    ref_gemm_batched(0, 0, (int)m, (int)n, (int)k2, alpha, a2 + 4, (int)lda2, sa2, b2 + 6,
-                     (int)ldb2, sb2, 1.0, want + 2, (int)ldc, sc, (int)batch);
+  for (size_t e = 0; e < batch; e++) { /* product e, its C where the layout puts it */
+    double *ce = want + 2 + e / heads * sc + e % heads * n;
+    ref_gemm_batched(ta, tb, (int)m, (int)n, (int)k, alpha, a + 5 + e * sa, (int)lda, 0,
+                     b + 11 + e * sb, (int)ldb, 0, beta, ce, (int)ldc, 0, 1);
+    if (k2 > 0)
+      ref_gemm_batched(0, 0, (int)m, (int)n, (int)k2, alpha, a2 + 4 + e * sa2, (int)lda2, 0,
+                       b2 + 6 + e * sb2, (int)ldb2, 0, 1.0, ce, (int)ldc, 0, 1);
+  }
   float *got[2];
   for (int run = 0; run < 2; run++) {
     cl_mem A = tu_upload(ctx, a, na), B = tu_upload(ctx, b, nb), C = tu_upload(ctx, c0, nc);
     cl_mem A2 = tu_upload(ctx, a2, na2), B2 = tu_upload(ctx, b2, nb2);
-    if (k2 > 0) {
+    if (k2 > 0 || heads > 1) {
       const relcl__gemm_term t2 = {k2, relcl_buf_at(A2, 4), lda2, sa2, relcl_buf_at(B2, 6), ldb2,
                                    sb2};
       TU_OK(relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, ta, m, n, k, alpha,
-                             relcl_buf_at(A, 5), lda, sa, relcl_buf_at(B, 11), ldb, sb, &t2,
-                             RELCL_PART_RELATIVE_GEMM, beta, relcl_buf_at(C, 2), ldc, sc, batch));
+                             relcl_buf_at(A, 5), lda, sa, relcl_buf_at(B, 11), ldb, sb,
+                             k2 > 0 ? &t2 : NULL, RELCL_PART_RELATIVE_GEMM, beta,
+                             relcl_buf_at(C, 2), ldc, sc, heads, n, batch));
     } else {
       TU_OK(relcl__gemm(ctx, ta, tb, m, n, k, alpha, relcl_buf_at(A, 5), lda, sa,
                         relcl_buf_at(B, 11), ldb, sb, beta, relcl_buf_at(C, 2), ldc, sc, batch));

@@ -359,10 +359,10 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
                              P(p, ap->bq + (size_t)D), W(p, L->qkv)));
     TRY(relcl__heads_split(p->ctx, 2, B, p->S, H, dh, W(p, L->qkv), 2 * D, A(p, k)));
   }
+  /* Z straight into the merged layout the output projection reads (ops.h) */
   TRY(relcl__attn_forward(p->ctx, &desc, A(p, q), A(p, k), A(p, v),
                          opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
-                         W(p, L->zh), A(p, ba->probs)));
-  TRY(relcl__heads_merge(p->ctx, 1, B, desc.nq, H, dh, W(p, L->zh), A(p, ba->zm), D));
+                         A(p, ba->zm), (size_t)D, A(p, ba->probs)));
   *b = P(p, ap->bo);
   return relcl__linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), RELCL_BUF_NONE, out);
 }
@@ -391,17 +391,22 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   const size_t nkD = (size_t)B * desc.nk * D;
   const size_t q = ba->qkv_h, k = q + ND, v = k + nkD;
   const size_t dq = L->dqkv_h, dk = dq + ND, dv = dk + nkD;
-  TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
-                          opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
-                          W(p, L->zh), W(p, dq), W(p, dk), W(p, dv), opt(G(p, 0), ap->rel_k),
-                          opt(G(p, 0), ap->rel_v)));
   if (bd->kind == SUB_SELF) {
-    const int n = desc.nq;
-    /* dq, dk, dv follow each other: one merge of the three */
-    TRY(relcl__heads_merge(p->ctx, 3, B, n, H, dh, W(p, dq), W(p, L->qkv), 3 * D));
+    /* dq, dk, dv straight into their columns of the merged (N x 3D) gradient */
+    TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
+                            opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
+                            W(p, L->zh), W(p, L->qkv), relcl_buf_at(W(p, L->qkv).mem,
+                            W(p, L->qkv).offset + (size_t)D), relcl_buf_at(W(p, L->qkv).mem,
+                            W(p, L->qkv).offset + 2 * (size_t)D), 3 * (size_t)D,
+                            opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
     return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
                                  G(p, ap->wq), G(p, ap->bq));
   }
+  /* cross attention: dq and dk, dv are merged into the same scratch one after the other */
+  TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
+                          opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
+                          W(p, L->zh), W(p, dq), W(p, dk), W(p, dv), 0,
+                          opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
   const size_t DD = (size_t)D * D;
   TRY(relcl__heads_merge(p->ctx, 1, B, p->T, H, dh, W(p, dq), W(p, L->qkv), D));
   TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,

@@ -242,24 +242,42 @@ static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_
   return RELCL_OK;
 }
 
-/* Y = A B per (b, h) (A nq x nk, B nk x d), and with labels Y += L (rows x R) W[window]
- * (add_from_labels). A shared table's labels, where relcl's own products run, go into the
- * same pass as A B's (relcl__gemm_plus: each element of Y one sum, nk terms then R): the
- * label sums' own product (16000x64x33 and 16000x64x17 with beta 1, issue-8 step) moved all
- * of Y twice more for R terms. */
-static relcl_status heads_product(relcl_context *ctx, const plan *p, bool per_head, relcl_buf A,
-                                  relcl_buf B, bool labels, relcl_buf L, relcl_buf W,
-                                  relcl_buf Y) {
-  const size_t nk = (size_t)p->nk, R = (size_t)p->R;
-  if (labels && !per_head && relcl__own_products(ctx)) {
-    const relcl__gemm_term t2 = {R, L, R, p->nq * R,
-                                 relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d), p->d, 0};
-    return relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, false, p->nq, p->d, nk, 1.0f, A, nk,
-                            p->nq * nk, B, p->d, nk * p->d, &t2, RELCL_PART_RELATIVE_GEMM, 0.0f,
-                            Y, p->d, p->nq * p->d, p->BH);
+/* Y = op(A) B per (b, h) (op(A) m x kk, at a_stride; B kk x d, at b_stride), and with labels
+ * Y += L (rows x R) W[window] (add_from_labels). A shared table's labels, where relcl's own
+ * products run, go into the same pass as A B's (relcl__gemm_plus: each element of Y one sum,
+ * kk terms then R): the label sums' own product (16000x64x33 and 16000x64x17 with beta 1,
+ * issue-8 step) moved all of Y twice more for R terms. Y is in the heads layout (ld 0) or
+ * merged with row length ld (ops.h): relcl's own products write it there, one batch over
+ * all heads; elsewhere, and where per-head tables' labels are added, Y goes through scratch
+ * in the heads layout and relcl__heads_merge. */
+static relcl_status heads_product(relcl_context *ctx, const plan *p, bool per_head, bool trans_a,
+                                  size_t m, size_t kk, relcl_buf A, size_t a_stride,
+                                  relcl_buf B, size_t b_stride, bool labels, relcl_buf L,
+                                  relcl_buf W, relcl_buf Y, size_t ld) {
+  const size_t d = p->d, R = (size_t)p->R, lda = trans_a ? m : kk;
+  const bool own = relcl__own_products(ctx), fuse = labels && !per_head && own;
+  if (ld > 0 && (!own || (labels && !fuse))) { /* through scratch */
+    cl_mem T = NULL;
+    relcl_status st = relcl__pool_get(ctx, p->BH * m * d * sizeof(float), &T);
+    if (st == RELCL_OK)
+      st = heads_product(ctx, p, per_head, trans_a, m, kk, A, a_stride, B, b_stride, labels, L,
+                         W, relcl_buf_at(T, 0), 0);
+    if (st == RELCL_OK)
+      st = relcl__heads_merge(ctx, 1, (int)p->B, (int)m, (int)p->H, (int)d, relcl_buf_at(T, 0),
+                              Y, ld);
+    relcl__pool_put(ctx, T);
+    return st;
   }
-  relcl_status st = relcl__gemm(ctx, false, false, p->nq, p->d, nk, 1.0f, A, nk, p->nq * nk, B,
-                                p->d, nk * p->d, 0.0f, Y, p->d, p->nq * p->d, p->BH);
+  const size_t ldc = ld > 0 ? ld : d, stride_c = m * ldc, heads = ld > 0 ? p->H : 1;
+  if (fuse || ld > 0) {
+    const relcl__gemm_term t2 = {fuse ? R : 0, L, R, p->nq * R,
+                                 relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * d), d, 0};
+    return relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, trans_a, m, d, kk, 1.0f, A, lda,
+                            a_stride, B, d, b_stride, &t2, RELCL_PART_RELATIVE_GEMM, 0.0f, Y,
+                            ldc, stride_c, heads, d, p->BH);
+  }
+  relcl_status st = relcl__gemm(ctx, trans_a, false, m, d, kk, 1.0f, A, lda, a_stride, B, d,
+                                b_stride, 0.0f, Y, d, m * d, p->BH);
   if (st == RELCL_OK && labels) st = add_from_labels(ctx, p, per_head, L, W, Y);
   return st;
 }
@@ -393,13 +411,13 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
   if (st == RELCL_OK) st = relcl__check_buf(Z, p.rows * p.d, "Z");
   if (st == RELCL_OK && probs.mem) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
   if (st != RELCL_OK) return st;
-  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, probs);
+  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs);
 }
 
 /* make_plan again (host arithmetic, no OpenCL call): the plan is also what the launch uses. */
 relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
-                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
+                                 relcl_buf key_len, relcl_buf Z, size_t z_ld, relcl_buf probs) {
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
@@ -441,7 +459,8 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
   }
 
   /* Z = alpha' V (+ B' wV) */
-  st = heads_product(ctx, &p, desc->per_head, Sb, V, p.rel_v, Bb, wV, Z);
+  st = heads_product(ctx, &p, desc->per_head, false, p.nq, p.nk, Sb, p.nq * p.nk, V, p.nk * p.d,
+                     p.rel_v, Bb, wV, Z, z_ld);
 done:
   relcl__pool_put(ctx, S);
   relcl__pool_put(ctx, Pm);
@@ -470,15 +489,15 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (st == RELCL_OK && p.rel && dwK.mem) st = relcl__check_buf(dwK, tables * p.table, "dwK");
   if (st == RELCL_OK && p.rel_v && dwV.mem) st = relcl__check_buf(dwV, tables * p.table, "dwV");
   if (st != RELCL_OK) return st;
-  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, dK, dV, dwK,
+  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, dK, dV, 0, dwK,
                               dwV);
 }
 
 relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                   relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                   relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
-                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
-                                  relcl_buf dwV) {
+                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, size_t d_ld,
+                                  relcl_buf dwK, relcl_buf dwV) {
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
@@ -513,8 +532,8 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
     if ((st = launch_rows(ctx, kdrop, &a, &p)) != RELCL_OK) goto done;
   }
   /* dV = alpha'^T dZ;  dwV += B'^T dZ */
-  st = relcl__gemm(ctx, true, false, p.nk, p.d, p.nq, 1.0f, A, p.nk, p.nq * p.nk, dZ, p.d,
-                   p.nq * p.d, 0.0f, dV, p.d, p.nk * p.d, p.BH);
+  st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, A, p.nq * p.nk, dZ, p.nq * p.d,
+                     false, Bb, wV, dV, d_ld);
   if (st == RELCL_OK && p.rel_v && dwV.mem)
     st = table_grad(ctx, &p, desc->per_head, Bb, dZ, dwV);
   if (st != RELCL_OK) goto done;
@@ -538,10 +557,11 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
     if ((st = launch_rows(ctx, kbwd, &a, &p)) != RELCL_OK) goto done;
   }
   /* dQ = de K (+ C wK);  dK = de^T Q;  dwK += C^T Q */
-  st = heads_product(ctx, &p, desc->per_head, Db, K, p.rel, Cb, wK, dQ);
+  st = heads_product(ctx, &p, desc->per_head, false, p.nq, p.nk, Db, p.nq * p.nk, K,
+                     p.nk * p.d, p.rel, Cb, wK, dQ, d_ld);
   if (st == RELCL_OK)
-    st = relcl__gemm(ctx, true, false, p.nk, p.d, p.nq, 1.0f, Db, p.nk, p.nq * p.nk, Q, p.d,
-                     p.nq * p.d, 0.0f, dK, p.d, p.nk * p.d, p.BH);
+    st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, Db, p.nq * p.nk, Q,
+                       p.nq * p.d, false, Cb, wK, dK, d_ld);
   if (st == RELCL_OK && p.rel && dwK.mem) st = table_grad(ctx, &p, desc->per_head, Cb, Q, dwK);
 done:
   relcl__pool_put(ctx, Am);

@@ -224,7 +224,8 @@ static relcl_status cpu_columns(relcl_context *ctx, const char *kernel, bool tra
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 const relcl__gemm_term *t2, float beta, relcl_buf c, size_t ldc,
-                                size_t stride_c, size_t batch, cl_event *ev) {
+                                size_t stride_c, size_t heads, size_t c_head, size_t batch,
+                                cl_event *ev) {
   relcl__kernel_entry *kern = NULL;
   relcl_status st = relcl__kernel(ctx, "gemm", kernel, &kern);
   if (st != RELCL_OK) return st;
@@ -242,6 +243,9 @@ static relcl_status cpu_columns(relcl_context *ctx, const char *kernel, bool tra
     relcl__buf_arg(&args, t->b, NULL);
     RELCL__ARG(&args, lb);
     RELCL__ARG(&args, sb);
+    const cl_uint nh = (cl_uint)(heads > 1 ? heads : 1), ch = (cl_uint)c_head;
+    RELCL__ARG(&args, nh);
+    RELCL__ARG(&args, ch);
   }
   const size_t nr = 2 * (size_t)ctx->cpu_vec;
   size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
@@ -276,21 +280,22 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                 size_t batch, size_t chunk, relcl_buf mask, size_t ldm,
-                                const relcl__gemm_term *t2, cl_event *ev) {
+                                const relcl__gemm_term *t2, size_t heads, size_t c_head,
+                                cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                       stride_b, t2, beta, c, ldc, stride_c, batch, ev);
+                       stride_b, t2, beta, c, ldc, stride_c, heads, c_head, batch, ev);
   if (chunk > 0) {
     const size_t whole = m / chunk, rest = m - whole * chunk;
     relcl_status st =
         cpu_columns(ctx, "gemm_cpu_batch", false, chunk, n, k, alpha, a, lda, chunk * lda, b, ldb,
-                    0, NULL, beta, c, ldc, chunk * ldc, whole, rest ? NULL : ev);
+                    0, NULL, beta, c, ldc, chunk * ldc, 1, 0, whole, rest ? NULL : ev);
     if (st != RELCL_OK || rest == 0) return st;
     return cpu_columns(ctx, "gemm_cpu_batch", false, rest, n, k, alpha,
                        relcl_buf_at(a.mem, a.offset + whole * chunk * lda), lda, 0, b, ldb, 0,
                        NULL, beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1,
-                       ev);
+                       0, 1, ev);
   }
   cl_mem tb = NULL;
   relcl_status st = RELCL_OK;
@@ -342,7 +347,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
                              relcl_buf a, size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                              size_t stride_b, float beta, relcl_buf c, size_t ldc,
                              size_t stride_c, size_t batch, relcl_buf mask, size_t ldm,
-                             bool *masked, const relcl__gemm_term *t2, bool *added) {
+                             bool *masked, const relcl__gemm_term *t2, size_t heads,
+                             size_t c_head, bool *added) {
   *masked = *added = false;
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
   relcl_status st;
@@ -412,11 +418,12 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     case CPU:
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, t2, e);
+                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, t2, heads,
+                       c_head, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, NULL, bb, c, ldc, stride_c, batch, e);
+                       stride_b, NULL, bb, c, ldc, stride_c, 1, 0, batch, e);
       break;
     case DOTS:
       st = dots_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b, bb,
@@ -453,8 +460,14 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t stride_c, size_t batch) {
   bool masked, added;
   return gemm_run(ctx, part, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked, NULL,
+                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked, NULL, 1, 0,
                   &added);
+}
+
+/* Whether gemm_run gives a batch to gemm_cpu_batch (how CPU, batch > 1, in one piece): the
+ * only kernel that takes a second term and the heads' layout of C */
+static bool cpu_batch(const relcl_context *ctx, size_t batch) {
+  return batch > 1 && ctx->gemm_heads;
 }
 
 relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
@@ -462,15 +475,35 @@ relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool 
                               size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                               size_t stride_b, const relcl__gemm_term *t2,
                               relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
-                              size_t stride_c, size_t batch) {
+                              size_t stride_c, size_t heads, size_t c_head, size_t batch) {
   bool masked, added;
-  relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                             stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked,
-                             t2, &added);
-  if (st != RELCL_OK || added || t2->k == 0) return st;
-  return gemm_run(ctx, part2, false, false, m, n, t2->k, alpha, t2->a, t2->lda, t2->stride_a,
-                  t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0,
-                  &masked, NULL, &added);
+  if (t2 && t2->k == 0) t2 = NULL;
+  if (heads <= 1 || cpu_batch(ctx, batch)) {
+    relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b,
+                               ldb, stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0,
+                               &masked, t2, heads, c_head, &added);
+    if (st != RELCL_OK || added || !t2) return st;
+    return gemm_run(ctx, part2, false, false, m, n, t2->k, alpha, t2->a, t2->lda, t2->stride_a,
+                    t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, RELCL_BUF_NONE,
+                    0, &masked, NULL, 1, 0, &added);
+  }
+  /* elsewhere, C in the heads' layout: a batch of the heads for each group of them */
+  if (batch % heads != 0)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM batch %zu is not a whole number of %zu heads",
+                       batch, heads);
+  relcl_status st = RELCL_OK;
+  for (size_t g = 0; g < batch / heads && st == RELCL_OK; g++) {
+    const size_t e = g * heads; /* the group's first product */
+    relcl__gemm_term t = t2 ? *t2 : (relcl__gemm_term){0};
+    if (t2) t.a = relcl_buf_at(t2->a.mem, t2->a.offset + e * t2->stride_a);
+    if (t2) t.b = relcl_buf_at(t2->b.mem, t2->b.offset + e * t2->stride_b);
+    st = relcl__gemm_plus(ctx, part, trans_a, m, n, k, alpha,
+                          relcl_buf_at(a.mem, a.offset + e * stride_a), lda, stride_a,
+                          relcl_buf_at(b.mem, b.offset + e * stride_b), ldb, stride_b,
+                          t2 ? &t : NULL, part2, beta,
+                          relcl_buf_at(c.mem, c.offset + g * stride_c), ldc, c_head, 1, 0, heads);
+  }
+  return st;
 }
 
 relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, size_t k,
@@ -479,7 +512,7 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
                                      relcl_buf y, size_t ldy, bool *masked) {
   bool added;
   return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, false, m, n, k, alpha, a, lda, 0, b, ldb,
-                  0, beta, c, ldc, 0, 1, y, ldy, masked, NULL, &added);
+                  0, beta, c, ldc, 0, 1, y, ldy, masked, NULL, 1, 0, &added);
 }
 
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,

@@ -115,16 +115,19 @@ typedef struct relcl__gemm_term {
   size_t ldb, stride_b;
 } relcl__gemm_term;
 
-/* relcl__gemm_in's C = alpha (op(A) B + A2 B2) + beta C, B as laid out, batch times. Where
- * relcl's gemm_cpu_batch runs the batch (CPUs, batch > 1), in one pass: each element one sum,
- * op(A) B's terms then A2 B2's, timed under part; elsewhere C = alpha op(A) B + beta C under
- * part, then C += alpha A2 B2 under part2. */
+/* relcl__gemm_in's C = alpha (op(A) B + A2 B2) + beta C, B as laid out, batch times; t2
+ * NULL or of k 0: no second term. Where relcl's gemm_cpu_batch runs the batch (CPUs, batch >
+ * 1), in one pass: each element one sum, op(A) B's terms then A2 B2's, timed under part;
+ * elsewhere C = alpha op(A) B + beta C under part, then C += alpha A2 B2 under part2. With
+ * heads > 1 (a divisor of batch), product e's C is at (e / heads) stride_c + (e % heads)
+ * c_head (the merged layout of relcl_heads_merge); where gemm_cpu_batch does not run the
+ * batch, that is one batch of heads products a group (relcl__own_products tells which). */
 relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                               size_t m, size_t n, size_t k, float alpha, relcl_buf a,
                               size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                               size_t stride_b, const relcl__gemm_term *t2,
                               relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
-                              size_t stride_c, size_t batch);
+                              size_t stride_c, size_t heads, size_t c_head, size_t batch);
 
 /* relcl__gemm's C = alpha A B + beta C (one product, A and B as laid out), then ReLU's
  * backward where relcl's gemm_cpu runs the product: C[i][j] = 0 unless y[i][j] > 0 (y, ReLU's
