@@ -232,7 +232,7 @@ static void check_merged(relcl_context *ctx, const relcl_attn_desc *d, const ten
                             ld, relcl_buf_at(P, 0)));
   TU_OK(relcl__attn_backward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0),
                              relcl_buf_at(V, 0), relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb,
-                             relcl_buf_at(P, 0), relcl_buf_at(dZ, 0), relcl_buf_at(dQ, 1),
+                             relcl_buf_at(P, 0), relcl_buf_at(dZ, 0), relcl_buf_at(dQ, 1), ld,
                              relcl_buf_at(dK, 1), relcl_buf_at(dV, 1), ld,
                              relcl_buf_at(dwK, 0), relcl_buf_at(dwV, 0)));
   float *got[4] = {tu_download(ctx, Z, nz), tu_download(ctx, dQ, nz), tu_download(ctx, dK, nkv),

@@ -161,7 +161,6 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
   L->qkv = take(&work, 3 * R * D);
   L->zh = take(&work, R * D);
   L->a = take(&work, R * D);
-  L->dqkv_h = take(&work, 3 * R * D);
   L->dzm = take(&work, R * D);
   L->dh = take(&work, R * F);
   L->g0 = take(&work, R * D);
@@ -390,28 +389,28 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   TRY(relcl__heads_split(p->ctx, 1, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
   const size_t nkD = (size_t)B * desc.nk * D;
   const size_t q = ba->qkv_h, k = q + ND, v = k + nkD;
-  const size_t dq = L->dqkv_h, dk = dq + ND, dv = dk + nkD;
+  const relcl_buf qkv = W(p, L->qkv);
+  const size_t Dz = (size_t)D;
   if (bd->kind == SUB_SELF) {
     /* dq, dk, dv straight into their columns of the merged (N x 3D) gradient */
     TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
                             opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
-                            W(p, L->zh), W(p, L->qkv), relcl_buf_at(W(p, L->qkv).mem,
-                            W(p, L->qkv).offset + (size_t)D), relcl_buf_at(W(p, L->qkv).mem,
-                            W(p, L->qkv).offset + 2 * (size_t)D), 3 * (size_t)D,
+                            W(p, L->zh), qkv, 3 * Dz, relcl_buf_at(qkv.mem, qkv.offset + Dz),
+                            relcl_buf_at(qkv.mem, qkv.offset + 2 * Dz), 3 * Dz,
                             opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
-    return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
+    return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), qkv, dx, acc,
                                  G(p, ap->wq), G(p, ap->bq));
   }
-  /* cross attention: dq and dk, dv are merged into the same scratch one after the other */
+  /* cross attention: dq merged into dzm (free once dz is split), dk and dv side by side
+   * into the merged (Ns x 2D) gradient of the encoder's projection */
+  const relcl_buf dqm = W(p, L->dzm);
   TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
                           opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
-                          W(p, L->zh), W(p, dq), W(p, dk), W(p, dv), 0,
-                          opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
-  const size_t DD = (size_t)D * D;
-  TRY(relcl__heads_merge(p->ctx, 1, B, p->T, H, dh, W(p, dq), W(p, L->qkv), D));
-  TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), W(p, L->qkv), dx, acc,
-                            G(p, ap->wq), G(p, ap->bq)));
-  TRY(relcl__heads_merge(p->ctx, 2, B, p->S, H, dh, W(p, dk), W(p, L->qkv), 2 * D));
+                          W(p, L->zh), dqm, Dz, qkv, relcl_buf_at(qkv.mem, qkv.offset + Dz),
+                          2 * Dz, opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
+  const size_t DD = Dz * Dz;
+  TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), dqm, dx, acc, G(p, ap->wq),
+                            G(p, ap->bq)));
   return relcl__linear_backward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out),
                                P(p, ap->wq + DD), W(p, L->qkv), W(p, L->d_enc), 1,
                                G(p, ap->wq + DD), G(p, ap->bq + (size_t)D));

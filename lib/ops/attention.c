@@ -489,15 +489,15 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (st == RELCL_OK && p.rel && dwK.mem) st = relcl__check_buf(dwK, tables * p.table, "dwK");
   if (st == RELCL_OK && p.rel_v && dwV.mem) st = relcl__check_buf(dwV, tables * p.table, "dwV");
   if (st != RELCL_OK) return st;
-  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, dK, dV, 0, dwK,
-                              dwV);
+  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, 0, dK, dV, 0,
+                              dwK, dwV);
 }
 
 relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                   relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                   relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
-                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, size_t d_ld,
-                                  relcl_buf dwK, relcl_buf dwV) {
+                                  relcl_buf dQ, size_t dq_ld, relcl_buf dK, relcl_buf dV,
+                                  size_t dkv_ld, relcl_buf dwK, relcl_buf dwV) {
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
@@ -533,7 +533,7 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   }
   /* dV = alpha'^T dZ;  dwV += B'^T dZ */
   st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, A, p.nq * p.nk, dZ, p.nq * p.d,
-                     false, Bb, wV, dV, d_ld);
+                     false, Bb, wV, dV, dkv_ld);
   if (st == RELCL_OK && p.rel_v && dwV.mem)
     st = table_grad(ctx, &p, desc->per_head, Bb, dZ, dwV);
   if (st != RELCL_OK) goto done;
@@ -558,10 +558,10 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   }
   /* dQ = de K (+ C wK);  dK = de^T Q;  dwK += C^T Q */
   st = heads_product(ctx, &p, desc->per_head, false, p.nq, p.nk, Db, p.nq * p.nk, K,
-                     p.nk * p.d, p.rel, Cb, wK, dQ, d_ld);
+                     p.nk * p.d, p.rel, Cb, wK, dQ, dq_ld);
   if (st == RELCL_OK)
     st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, Db, p.nq * p.nk, Q,
-                       p.nq * p.d, false, Cb, wK, dK, d_ld);
+                       p.nq * p.d, false, Cb, wK, dK, dkv_ld);
   if (st == RELCL_OK && p.rel && dwK.mem) st = table_grad(ctx, &p, desc->per_head, Cb, Q, dwK);
 done:
   relcl__pool_put(ctx, Am);

@@ -12,18 +12,18 @@
 #include "relcl_layers.h"
 
 /* ---- attention.c, posenc.c ---- */
-/* The outputs Z (forward) and dQ, dK, dV (backward) in the heads layout with z_ld, d_ld 0
- * (as the public functions), else merged: sequence b's row i, head h at b n ld + i ld + h dh
- * (relcl__heads_merge's layout with row length ld, the buffer at head 0's column), written
- * there by the products where relcl's own products run. */
+/* The outputs Z (forward) and dQ, dK, dV (backward) in the heads layout with z_ld, dq_ld,
+ * dkv_ld 0 (as the public functions), else merged: sequence b's row i, head h at b n ld + i
+ * ld + h dh (relcl__heads_merge's layout with row length ld, the buffer at head 0's column;
+ * dK and dV share dkv_ld), written there by the products where relcl's own products run. */
 relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                  relcl_buf key_len, relcl_buf Z, size_t z_ld, relcl_buf probs);
 relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                   relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                   relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
-                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, size_t d_ld,
-                                  relcl_buf dwK, relcl_buf dwV);
+                                  relcl_buf dQ, size_t dq_ld, relcl_buf dK, relcl_buf dV,
+                                  size_t dkv_ld, relcl_buf dwK, relcl_buf dwV);
 relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
                                int pos0);
 
