@@ -412,7 +412,7 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), dqm, dx, acc, G(p, ap->wq),
                             G(p, ap->bq)));
   return relcl__linear_backward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out),
-                               P(p, ap->wq + DD), W(p, L->qkv), W(p, L->d_enc), 1,
+                               P(p, ap->wq + DD), qkv, W(p, L->d_enc), 1,
                                G(p, ap->wq + DD), G(p, ap->bq + (size_t)D));
 }
 

@@ -270,11 +270,11 @@ static relcl_status heads_product(relcl_context *ctx, const plan *p, bool per_he
   }
   const size_t ldc = ld > 0 ? ld : d, stride_c = m * ldc, heads = ld > 0 ? p->H : 1;
   if (fuse || ld > 0) {
-    const relcl__gemm_term t2 = {fuse ? R : 0, L, R, p->nq * R,
+    const relcl__gemm_term t2 = {R, L, R, p->nq * R,
                                  relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * d), d, 0};
     return relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, trans_a, m, d, kk, 1.0f, A, lda,
-                            a_stride, B, d, b_stride, &t2, RELCL_PART_RELATIVE_GEMM, 0.0f, Y,
-                            ldc, stride_c, heads, d, p->BH);
+                            a_stride, B, d, b_stride, fuse ? &t2 : NULL,
+                            RELCL_PART_RELATIVE_GEMM, 0.0f, Y, ldc, stride_c, heads, d, p->BH);
   }
   relcl_status st = relcl__gemm(ctx, trans_a, false, m, d, kk, 1.0f, A, lda, a_stride, B, d,
                                 b_stride, 0.0f, Y, d, m * d, p->BH);
@@ -533,7 +533,7 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   }
   /* dV = alpha'^T dZ;  dwV += B'^T dZ */
   st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, A, p.nq * p.nk, dZ, p.nq * p.d,
-                     false, Bb, wV, dV, dkv_ld);
+                     false, RELCL_BUF_NONE, RELCL_BUF_NONE, dV, dkv_ld);
   if (st == RELCL_OK && p.rel_v && dwV.mem)
     st = table_grad(ctx, &p, desc->per_head, Bb, dZ, dwV);
   if (st != RELCL_OK) goto done;
@@ -561,7 +561,7 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
                      p.nk * p.d, p.rel, Cb, wK, dQ, dq_ld);
   if (st == RELCL_OK)
     st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, Db, p.nq * p.nk, Q,
-                       p.nq * p.d, false, Cb, wK, dK, dkv_ld);
+                       p.nq * p.d, false, RELCL_BUF_NONE, RELCL_BUF_NONE, dK, dkv_ld);
   if (st == RELCL_OK && p.rel && dwK.mem) st = table_grad(ctx, &p, desc->per_head, Cb, Q, dwK);
 done:
   relcl__pool_put(ctx, Am);

@@ -340,6 +340,49 @@ typedef enum { CLBLAST_BATCHED, CLBLAST, CPU, CPU_BT, DOTS } how_t;
  * against 13. */
 #define RELCL_DOTS_BELOW 12
 
+/* Who runs a product of this shape (gemm_run), and its sum in slices of *len, accumulated
+ * into C one after the other, always in the same order (*len = k: one piece). */
+static how_t route(const relcl_context *ctx, bool trans_a, bool trans_b, size_t m, size_t n,
+                   size_t k, size_t batch, size_t *len) {
+  how_t how = CLBLAST_BATCHED;
+  *len = k;
+  if (batch == 1 && ctx->gemm_cpu && trans_b && k <= RELCL_CPU_BT_KMAX && m <= 64) {
+    /* B transposed, few rows and a short sum (a shared table's label values, 33 x 16000 x 64
+     * in the issue-8 step): gemm_cpu_bt reads each block of B once, where the transposed copy
+     * gemm_cpu needs would move all of B twice more (B^T 33x16000x64, Zen 5: 1.8-2.1 ms a
+     * step against 4.6 in relcl's earlier labels_shared kernel) */
+    how = CPU_BT;
+  } else if (batch == 1 && ctx->gemm_cpu) {
+    /* A weight gradient (A transposed) with a long sum goes in slices of 512: each slice's
+     * panels of A and B then stay in cache. Zen 5, a harness: A^T 1024x256x4000 341 GFLOP/s
+     * against 216 in one piece, 256x1024x4000 236 against 198, 8000x256x1048 354 against
+     * 315. The other products run their whole sum at once (1048x256x8000: 530 in one piece). */
+    how = CPU;
+    if (trans_a && k > 768) *len = 512;
+  } else if (batch == 1) {
+    how = CLBLAST;
+    const size_t chunk = ctx->gemm_k_chunk;
+    if (chunk > 0 && k > chunk + chunk / 2) {
+      /* the tuning's RelclGemm K_CHUNK (tuning.c), for CLBlast: slices of equal length, a
+       * multiple of 128 for a K_CHUNK of 512 or more (every slice then starts where a
+       * sub-buffer can, and fills CLBlast's tiles of up to 128 along K), else of 8 (the
+       * tests' small K_CHUNK) */
+      size_t pieces = (k + chunk - 1) / chunk, align = chunk >= 512 ? 128 : 8;
+      *len = ((k + pieces - 1) / pieces + align - 1) / align * align;
+    }
+  } else if (ctx->gemm_heads) { /* the per-head products on a CPU */
+    how = !trans_b ? CPU : n >= RELCL_DOTS_BELOW ? CPU_BT : DOTS;
+    if (how == CPU_BT && k > RELCL_CPU_BT_KMAX) *len = RELCL_CPU_BT_KMAX;
+  }
+  return how;
+}
+
+/* Whether the route is gemm_cpu_batch's whole sum: the only kernel that takes a second term
+ * and the heads' layout of C (relcl__gemm_plus) */
+static bool batch_kernel(how_t how, size_t batch, size_t len, size_t k) {
+  return how == CPU && batch > 1 && len == k;
+}
+
 /* relcl__gemm_in, with a mask (mask.mem set) relcl__gemm_relu_masked, and with a second term
  * (t2) relcl__gemm_plus: *masked and *added tell whether the product applied them */
 static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool trans_a,
@@ -360,45 +403,15 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
-  /* Who runs the product, and the sum in slices of len, accumulated into C one after the
-   * other, always in the same order (len = k: one piece). */
-  how_t how = CLBLAST_BATCHED;
-  size_t len = k;
-  if (batch == 1 && ctx->gemm_cpu && trans_b && k <= RELCL_CPU_BT_KMAX && m <= 64) {
-    /* B transposed, few rows and a short sum (a shared table's label values, 33 x 16000 x 64
-     * in the issue-8 step): gemm_cpu_bt reads each block of B once, where the transposed copy
-     * gemm_cpu needs would move all of B twice more (B^T 33x16000x64, Zen 5: 1.8-2.1 ms a
-     * step against 4.6 in relcl's earlier labels_shared kernel) */
-    how = CPU_BT;
-  } else if (batch == 1 && ctx->gemm_cpu) {
-    /* A weight gradient (A transposed) with a long sum goes in slices of 512: each slice's
-     * panels of A and B then stay in cache. Zen 5, a harness: A^T 1024x256x4000 341 GFLOP/s
-     * against 216 in one piece, 256x1024x4000 236 against 198, 8000x256x1048 354 against
-     * 315. The other products run their whole sum at once (1048x256x8000: 530 in one piece). */
-    how = CPU;
-    if (trans_a && k > 768) len = 512;
-  } else if (batch == 1) {
-    how = CLBLAST;
-    const size_t chunk = ctx->gemm_k_chunk;
-    if (chunk > 0 && k > chunk + chunk / 2) {
-      /* the tuning's RelclGemm K_CHUNK (tuning.c), for CLBlast: slices of equal length, a
-       * multiple of 128 for a K_CHUNK of 512 or more (every slice then starts where a
-       * sub-buffer can, and fills CLBlast's tiles of up to 128 along K), else of 8 (the
-       * tests' small K_CHUNK) */
-      size_t pieces = (k + chunk - 1) / chunk, align = chunk >= 512 ? 128 : 8;
-      len = ((k + pieces - 1) / pieces + align - 1) / align * align;
-    }
-  } else if (ctx->gemm_heads) { /* the per-head products on a CPU */
-    how = !trans_b ? CPU : n >= RELCL_DOTS_BELOW ? CPU_BT : DOTS;
-    if (how == CPU_BT && k > RELCL_CPU_BT_KMAX) len = RELCL_CPU_BT_KMAX;
-  }
+  size_t len;
+  const how_t how = route(ctx, trans_a, trans_b, m, n, k, batch, &len);
   /* a single product for gemm_cpu_batch's blocks of rows (cpu_product) */
   const size_t chunk = how == CPU && batch == 1 ? narrow_chunk(ctx, trans_a, trans_b, m, k) : 0;
   /* only gemm_cpu's single products take a mask: the caller applies it otherwise */
   if (how != CPU || batch > 1 || chunk > 0) mask = RELCL_BUF_NONE;
   *masked = mask.mem != NULL;
-  /* only gemm_cpu_batch's batches take a second term, in one piece */
-  if (how != CPU || batch == 1 || len != k || (t2 && t2->k == 0)) t2 = NULL;
+  /* only gemm_cpu_batch's batches take a second term (relcl__gemm_plus runs it apart else) */
+  if (!batch_kernel(how, batch, len, k) || (t2 && t2->k == 0)) t2 = NULL;
   *added = t2 != NULL;
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
@@ -464,12 +477,6 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                   &added);
 }
 
-/* Whether gemm_run gives a batch to gemm_cpu_batch (how CPU, batch > 1, in one piece): the
- * only kernel that takes a second term and the heads' layout of C */
-static bool cpu_batch(const relcl_context *ctx, size_t batch) {
-  return batch > 1 && ctx->gemm_heads;
-}
-
 relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                               size_t m, size_t n, size_t k, float alpha, relcl_buf a,
                               size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
@@ -478,7 +485,9 @@ relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool 
                               size_t stride_c, size_t heads, size_t c_head, size_t batch) {
   bool masked, added;
   if (t2 && t2->k == 0) t2 = NULL;
-  if (heads <= 1 || cpu_batch(ctx, batch)) {
+  size_t len;
+  const how_t how = route(ctx, trans_a, false, m, n, k, batch, &len);
+  if (heads <= 1 || batch_kernel(how, batch, len, k)) {
     relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b,
                                ldb, stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0,
                                &masked, t2, heads, c_head, &added);
@@ -494,9 +503,12 @@ relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool 
   relcl_status st = RELCL_OK;
   for (size_t g = 0; g < batch / heads && st == RELCL_OK; g++) {
     const size_t e = g * heads; /* the group's first product */
-    relcl__gemm_term t = t2 ? *t2 : (relcl__gemm_term){0};
-    if (t2) t.a = relcl_buf_at(t2->a.mem, t2->a.offset + e * t2->stride_a);
-    if (t2) t.b = relcl_buf_at(t2->b.mem, t2->b.offset + e * t2->stride_b);
+    relcl__gemm_term t = {0};
+    if (t2) {
+      t = *t2;
+      t.a = relcl_buf_at(t2->a.mem, t2->a.offset + e * t2->stride_a);
+      t.b = relcl_buf_at(t2->b.mem, t2->b.offset + e * t2->stride_b);
+    }
     st = relcl__gemm_plus(ctx, part, trans_a, m, n, k, alpha,
                           relcl_buf_at(a.mem, a.offset + e * stride_a), lda, stride_a,
                           relcl_buf_at(b.mem, b.offset + e * stride_b), ldb, stride_b,
