@@ -65,8 +65,8 @@ inline int relcl_row_keep(int row, int nk, int j, uint stream_lo, uint stream_hi
 }
 #endif
 
-/* Label sums, part one: key j's value v goes straight into its interior label, or into the
- * running sums of the two edge labels. */
+/* Label sums in the group shape, part one: key j's value v goes straight into its interior
+ * label, or into the lane's running sums of the two edge labels. */
 inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, int R, float v,
                              float *left, float *right) {
   const int r = relcl_label(j, pq, k);
@@ -79,18 +79,28 @@ inline void relcl_bucket_put(__global float *bk, int j, int pq, int k, int rlo, 
 }
 
 #ifdef RELCL_ROW_ITEM
-/* The item shape's put of keys j .. j+7: as one vector where all eight have interior labels
- * the block holds, else key by key */
-inline void relcl_bucket_put8(__global float *bk, int j, int pq, int k, int rlo, int R,
-                              float8 v, float *left, float *right) {
-  const int r = j - pq + k; /* key j's label, if it is interior */
-  if (k > 0 && r >= max(1, rlo) && r + 7 <= min(2 * k - 1, rlo + R - 1)) {
-    vstore8(v, 0, bk + (r - rlo));
-    return;
+/* The item shape's label sums of a whole row, from its values v[0..nk-1] once they are
+ * stored: the interior labels are the keys pq-k+1 .. pq+k-1 in order, so their columns are
+ * one copy of v (zeros where a label's key lies outside 0..nk-1); the edge labels sum their
+ * keys in key order. */
+inline void relcl_bucket_row(__global float *bk, __global const float *v, int pq, int nk,
+                             int k, int rlo, int R) {
+  float left = 0.0f, right = 0.0f;
+  if (rlo == 0) { /* label 0: the keys at or left of pq - k (all of them when k = 0) */
+    const int end = k == 0 ? nk : clamp(pq - k + 1, 0, nk);
+    for (int j = 0; j < end; j++) left += v[j];
   }
-  float t[8];
-  vstore8(v, 0, t);
-  for (int l = 0; l < 8; l++) relcl_bucket_put(bk, j + l, pq, k, rlo, R, t[l], left, right);
+  if (k > 0 && rlo + R > 2 * k) /* label 2k: the keys at or right of pq + k */
+    for (int j = clamp(pq + k, 0, nk); j < nk; j++) right += v[j];
+  /* columns lo .. hi copy the keys pq + rlo + c - k; the others are 0 or an edge sum */
+  const int off = pq + rlo - k;
+  const int lo = min(max(max(1, rlo), -off + rlo) - rlo, R);
+  const int hi = max(min(min(2 * k - 1, rlo + R - 1) - rlo, nk - 1 - off), lo - 1);
+  for (int c = 0; c < lo; c++) bk[c] = c + rlo == 0 ? left : 0.0f;
+  int c = lo;
+  for (; c + 8 <= hi + 1; c += 8) vstore8(vload8(0, v + off + c), 0, bk + c);
+  for (; c <= hi; c++) bk[c] = v[off + c];
+  for (c = hi + 1; c < R; c++) bk[c] = c + rlo == 2 * k ? right : 0.0f;
 }
 #endif
 
@@ -182,7 +192,6 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
 #endif
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
 
-  float left = 0.0f, right = 0.0f;
 #ifdef RELCL_ROW_ITEM
   /* eight keys at a time; keys at or past lim (masked) get alpha 0 */
   relcl_masks km;
@@ -195,7 +204,6 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
       float8 ad = alpha;
       if (flags & RELCL_DROPOUT) ad = select((float8)(0.0f), alpha * drop_scale, keep);
       vstore8(ad, 0, s + j);
-      if (flags & RELCL_BUCKET) relcl_bucket_put8(bk, j, pq, k, rlo, R, ad, &left, &right);
       continue;
     }
     int kp[8];
@@ -205,10 +213,11 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
       a[j + l] = alpha;
       const float ad = (flags & RELCL_DROPOUT) ? (kp[l] ? alpha * drop_scale : 0.0f) : alpha;
       s[j + l] = ad;
-      if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j + l, pq, k, rlo, R, ad, &left, &right);
     }
   }
+  if (flags & RELCL_BUCKET) relcl_bucket_row(bk, s, pq, nk, k, rlo, R);
 #else
+  float left = 0.0f, right = 0.0f;
   for (int j = lid; j < nk; j += wg) {
     const float alpha = relcl_masked(j, pq, len, flags) ? 0.0f : s[j] * inv;
     a[j] = alpha;
@@ -220,12 +229,14 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
     s[j] = ad;
     if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j, pq, k, rlo, R, ad, &left, &right);
   }
-#endif
   if (flags & RELCL_BUCKET) relcl_bucket_finish(bk, pq, nk, k, rlo, R, left, right, red);
+#endif
 }
 
 /* Backward, before the GEMMs: alpha' = dropout(alpha) into A (with RELCL_WRITE_A) and its
- * label sums into Bk (with RELCL_BUCKET). */
+ * label sums into Bk (with RELCL_BUCKET). The item shape reads alpha' back for the sums, from
+ * A, or from probs without dropout: RELCL_DROPOUT and RELCL_BUCKET need RELCL_WRITE_A
+ * (attention.c has A exactly when it has dropout). */
 __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __global float *A,
                              uint a_off, __global float *Bk, uint b_off,
                              __global const int *key_len, uint kl_off, int rows, int H, int nq,
@@ -238,7 +249,6 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
   __global const float *a = probs + probs_off + (size_t)row * nk;
   __global float *ad_out = A + a_off + (size_t)row * nk;
   __global float *bk = Bk + b_off + (size_t)row * R;
-  float left = 0.0f, right = 0.0f;
 #ifdef RELCL_ROW_ITEM
   /* eight keys at a time (masked keys' alpha is 0 already) */
   relcl_masks km;
@@ -249,7 +259,6 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
       float8 ad = vload8(0, a + j);
       if (flags & RELCL_DROPOUT) ad = select((float8)(0.0f), ad * drop_scale, keep);
       if (flags & RELCL_WRITE_A) vstore8(ad, 0, ad_out + j);
-      if (flags & RELCL_BUCKET) relcl_bucket_put8(bk, j, pq, k, rlo, R, ad, &left, &right);
       continue;
     }
     int kp[8];
@@ -258,10 +267,12 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
       float ad = a[j + l];
       if (flags & RELCL_DROPOUT) ad = kp[l] ? ad * drop_scale : 0.0f;
       if (flags & RELCL_WRITE_A) ad_out[j + l] = ad;
-      if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j + l, pq, k, rlo, R, ad, &left, &right);
     }
   }
+  if (flags & RELCL_BUCKET)
+    relcl_bucket_row(bk, (flags & RELCL_WRITE_A) ? ad_out : a, pq, nk, k, rlo, R);
 #else
+  float left = 0.0f, right = 0.0f;
   for (int j = lid; j < nk; j += wg) {
     float ad = a[j];
     if (flags & RELCL_DROPOUT)
@@ -271,8 +282,8 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
     if (flags & RELCL_WRITE_A) ad_out[j] = ad;
     if (flags & RELCL_BUCKET) relcl_bucket_put(bk, j, pq, k, rlo, R, ad, &left, &right);
   }
-#endif
   if (flags & RELCL_BUCKET) relcl_bucket_finish(bk, pq, nk, k, rlo, R, left, right, red);
+#endif
 }
 
 /* Backward through gather, dropout and softmax. D holds dz.v_j on entry (the gradient of
@@ -335,18 +346,11 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   }
   const float dot = relcl_lanes_sum8(dot8) + tail;
 
-  float left = 0.0f, right = 0.0f;
   const int vend = nk - nk % 8;
-  for (int j = 0; j < vend; j += 8) {
-    const float8 de = vload8(0, a + j) * (vload8(0, dd + j) - dot) * scale;
-    vstore8(de, 0, dd + j);
-    if (flags & RELCL_BUCKET) relcl_bucket_put8(cb, j, pq, k, rlo, R, de, &left, &right);
-  }
-  for (int j = vend; j < nk; j++) {
-    const float de = a[j] * (dd[j] - dot) * scale;
-    dd[j] = de;
-    if (flags & RELCL_BUCKET) relcl_bucket_put(cb, j, pq, k, rlo, R, de, &left, &right);
-  }
+  for (int j = 0; j < vend; j += 8)
+    vstore8(vload8(0, a + j) * (vload8(0, dd + j) - dot) * scale, 0, dd + j);
+  for (int j = vend; j < nk; j++) dd[j] = a[j] * (dd[j] - dot) * scale;
+  if (flags & RELCL_BUCKET) relcl_bucket_row(cb, dd, pq, nk, k, rlo, R);
 #else
   float dot = 0.0f;
   for (int j = lid; j < nk; j += wg) {
@@ -371,8 +375,8 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
     dd[j] = de;
     if (flags & RELCL_BUCKET) relcl_bucket_put(cb, j, pq, k, rlo, R, de, &left, &right);
   }
-#endif
   if (flags & RELCL_BUCKET) relcl_bucket_finish(cb, pq, nk, k, rlo, R, left, right, red);
+#endif
 }
 
 /* The products of a shared table on GPUs (attention.c; on CPUs relcl's gemm_cpu and
