@@ -14,7 +14,7 @@
  * The shape is a CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM turns
  * explicit vectors into SIMD registers; CLBlast's kernels, written for GPUs, ran the same
  * products at a quarter to a half of these (README "One product on a CPU", "Per-head products
- * on a CPU"). Each element of C is one sum in a fixed order (mad), the same on every run. */
+ * on a CPU"). Each element of C is one sum in a fixed order (CPU_MAD), the same on every run. */
 
 /* A request that the cache line at p be fetched, for a read (w 0) or a write (w 1): clang's
  * builtin (a prefetch instruction on a CPU) where the host asks for it (RELCL_POCL, a
@@ -26,6 +26,18 @@
 #define CPU_PREFETCH(p, w) ((void)0)
 #endif
 
+
+/* One term of a sum, a b + c: a fused multiply-add where the compiler says its target has
+ * the instruction (clang's __FMA__ on x86, __ARM_FEATURE_FMA on Arm), mad elsewhere. PoCL
+ * compiles mad to a multiply and an add, and fma without the instruction to a library call
+ * (an SSE2-only x86 has none). Zen 5 EPYC, relcl-bench's issue-8 step, two interleaved pairs:
+ * the content GEMMs 504 and 539 ms a step with mad, 495 and 498 with fma. Each element is
+ * still one sum in a fixed order: the same bits on every run of one device. */
+#if defined(RELCL_CLANG) && (defined(__FMA__) || defined(__ARM_FEATURE_FMA))
+#define CPU_MAD(a, b, c) fma(a, b, c)
+#else
+#define CPU_MAD(a, b, c) mad(a, b, c)
+#endif
 
 /* dst (row length dst_ld) = the transpose of the 16 x 16 block at src (ld), in registers:
  * 16 row loads, 64 shuffles and 16 row stores instead of 256 scattered reads (for Q K^T, 30%
@@ -65,11 +77,11 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
     if (!trans_a && k % 4 == 0) {
       float4 acc = (float4)(0.0f);
       for (uint p = 0; p < k; p += 4)
-        acc = mad(vload4(0, A + (size_t)i * lda + p), vload4(0, bj + p), acc);
+        acc = CPU_MAD(vload4(0, A + (size_t)i * lda + p), vload4(0, bj + p), acc);
       s = dot(acc, (float4)(1.0f));
     } else {
       for (uint p = 0; p < k; p++) /* op(A)[i][p]: A m x k, or k x m transposed */
-        s = mad(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p], bj[p], s);
+        s = CPU_MAD(trans_a ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p], bj[p], s);
     }
     const float v = alpha * s;
     C[j] = beta != 0.0f ? v + beta * C[j] : v; /* beta 0 does not read C */
@@ -87,7 +99,7 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
  * GFLOP/s, where CLBlast's tuned Xgemm ran them at 85-124 (its float4 and float2 vectors fill a
  * quarter of a register). Rows past m read row m - 1 and are not stored; the last columns, if n is
  * not a multiple of 2 W, go through a zero-padded copy of B's row. Each element is one sum in order
- * p = 0 .. k-1 (mad). Global (ceil(n / 2 W), ceil(m / CPU_MR), batch), local (1, 1, 1); with
+ * p = 0 .. k-1 (CPU_MAD). Global (ceil(n / 2 W), ceil(m / CPU_MR), batch), local (1, 1, 1); with
  * rows_first the first two dimensions swap, so that consecutive work-items (which PoCL runs one
  * after another on a thread) share B's columns rather than A's rows. The per-head products of the
  * issue-8 step ran here at 150-185 GFLOP/s, about the speed at which a copy kernel moves their
@@ -104,8 +116,8 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
   {                                                                                         \
     _Pragma("unroll") for (int r = 0; r < (R); r++) {                                       \
       const CPU_VEC av = (CPU_VEC)(a[r][(SP)]);                                             \
-      c0[r] = mad(av, b0, c0[r]);                                                           \
-      c1[r] = mad(av, b1, c1[r]);                                                           \
+      c0[r] = CPU_MAD(av, b0, c0[r]);                                                       \
+      c1[r] = CPU_MAD(av, b1, c1[r]);                                                       \
     }                                                                                       \
   }
 /* A block of C at rows i0 .. i0 + CPU_MR - 1: a[r], op(A)'s row i0 + r (rows past m read row
@@ -293,7 +305,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
  * memory (Bt[p][j], zero past n; 16 x 16 at a time in registers where the block is whole and
  * k a multiple of 16), then runs gemm_cpu's sum, CPU_MR rows at a time, over every row, with
  * B's block read from there. At most CPU_BT_KMAX terms (gemm.c cuts longer sums into slices).
- * Each element is one sum in order p = 0 .. k-1 (mad). Global (ceil(n / 2 W), batch), local
+ * Each element is one sum in order p = 0 .. k-1 (CPU_MAD). Global (ceil(n / 2 W), batch), local
  * (1, 1). It asks for the next product's operands as it goes (CPU_ASK_SPAN), or in a single
  * product for the next block's. Q K^T of the issue-8 step: 130-137 GFLOP/s, and 226-275 with
  * the asks, where gemm_heads' tiles (a work-group of four work-items, each eight rows by one
