@@ -171,6 +171,10 @@ static const layer_case cases[] = {
     /* a last block of at most half of gemm_cpu's rows, in a block of half the height (also
      * 33x17x35, B^T 3x17x300, 9x16x129 and 10x12x64 above with AVX-512's 8-row blocks) */
     {OP_BATCHED, "batched A^T 36x20x40 beta", 36, 20, 40, 0, 5},
+    /* last blocks of two rows, and of one below (the decoder's 17 labels), which run in a
+     * block of half the height */
+    {OP_BATCHED, "batched A^T 18x40x24 beta", 18, 40, 24, 0, 5},
+    {OP_BATCHED, "batched B^T 18x40x24", 18, 40, 24, 0, 2},
     /* flag 16: a second term of f terms, A2 B2 (relcl__gemm_plus; flag 32: one B2 for all, a
      * shared table's window): in gemm_cpu_batch's sum on a CPU, a second product elsewhere
      * and for one product (flag 8) */
@@ -196,6 +200,7 @@ static const layer_case cases[] = {
     {OP_BATCHED, "single B^T 64x96x40", 64, 96, 40, 0, 10},
     {OP_BATCHED, "single A^T 40x64x300 beta", 40, 64, 300, 0, 13},
     {OP_BATCHED, "single 17x33x129 beta", 17, 33, 129, 0, 12},
+    {OP_BATCHED, "single B^T 17x100x64 (decoder label values)", 17, 100, 64, 0, 10},
     {OP_BATCHED, "single A^T 9x130x7", 9, 130, 7, 0, 9},
     /* a long weight gradient, in slices of 512 (512 + 488); a wide B (over 512 columns),
      * whose work-items go down the rows first */
