@@ -22,8 +22,10 @@
  * is empty in PoCL. */
 #if defined(RELCL_CLANG) && defined(RELCL_POCL)
 #define CPU_PREFETCH(p, w) __builtin_prefetch((p), (w), 3)
+#define CPU_PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
 #else
 #define CPU_PREFETCH(p, w) ((void)0)
+#define CPU_PREFETCH_L2(p) ((void)0)
 #endif
 
 
@@ -229,6 +231,13 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
     for (int r = 0; r < rows && i0 + r < m; r++) {
       CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm, 0);
       if (2 * CPU_W > 16) CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm + 16, 0);
+    }
+  if (beta != 0.0f && !ask) /* C's rows, which the store reads (a weight gradient's later
+                             * slices: gemm.c), into L2, where the sum's stream of A and B
+                             * leaves them (in L1 it would not) */
+    for (int r = 0; r < rows && i0 + r < m; r++) {
+      CPU_PREFETCH_L2(C + (size_t)(i0 + r) * ldc);
+      if (2 * CPU_W > 16) CPU_PREFETCH_L2(C + (size_t)(i0 + r) * ldc + 16);
     }
   CPU_SUM(B, ldb, k, sp)
   if (k2 > 0) {
