@@ -91,8 +91,10 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
 }
 
 /* Products with B as laid out on CPU devices (gemm.c's cpu_product): C = alpha op(A) B + beta C, C
- * m x n, B k x n (gemm.c transposes a single product's transposed B first), op(A) m x k (A m x k,
- * or k x m with trans_a); product b of a batch at b times each operand's stride. A work-item
+ * m x n, B k x n, op(A) m x k (A m x k, or k x m with trans_a); product b of a batch at b times
+ * each operand's stride. B's block of columns j0 .. j0 + 2 W - 1 is at column j0 of its rows
+ * (b_panel 2 W), or in a single product the panel c_id of B's copy in panels (b_panel k 2 W,
+ * ldb 2 W: gemm.c's panels(), which also takes a transposed B there). A work-item
  * computes CPU_MR rows x 2 W columns of C in 2 CPU_MR accumulators of W floats (W = RELCL_CPU_VEC,
  * the device's native float vector width, a build option): each step of the sum loads 2 W floats of
  * B's row p and multiplies them by op(A)[i][p] of its rows. On PoCL the vectors are the SIMD
@@ -253,17 +255,44 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
                        uint a_off, uint lda, uint a_stride, int trans_a, __global const float *B,
                        uint b_off, uint ldb, uint b_stride, __global float *C, uint c_off,
                        uint ldc, uint c_stride, int rows_first, __global const float *M,
-                       uint m_off, uint ldm, int masked) {
+                       uint m_off, uint ldm, int masked, uint b_panel) {
   const uint c_id = get_global_id(rows_first ? 1 : 0), r_id = get_global_id(rows_first ? 0 : 1);
   const uint j0 = c_id * 2 * CPU_W, i0 = r_id * CPU_MR;
   if (j0 >= n || i0 >= m) return;
   const ulong b = get_global_id(2);
   A += a_off + b * a_stride;
-  B += b_off + b * b_stride + j0;
+  /* the block's columns of B: at column j0 of B's rows (b_panel 2 W), or its panel */
+  B += b_off + b * b_stride + (size_t)c_id * b_panel;
   C += c_off + b * c_stride + j0;
   __global const float *mk = masked ? M + m_off + j0 : 0; /* with C's shape */
   cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A, 0, B, 0, 0, C, ldc, false,
            0, A, 0, B, C, A, 0, false, mk, ldm);
+}
+
+/* X (k x n, rows ldx apart) in panels of w columns for gemm_cpu (gemm.c's panels(): B in
+ * panels of 2 W): panel jb holds rows 0 .. k-1 of columns jb w .. jb w + w - 1, a row after
+ * the other, at P + jb k w; columns past n are not written (gemm_cpu reads only n's). A
+ * work-item moves 16 rows of one panel; global (ceil(n / w), ceil(k / 16)). A transposed A
+ * (k x m, rows 1024 floats or more apart) in panels of CPU_MR was tried too: the weight
+ * gradient A^T 1024x256x4000 6-22% faster, A^T 8000x256x1048 12-18% slower, the step the
+ * same (relcl-bench, Zen 5, two pairs). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_pack(
+    __global const float *X, uint x_off, uint ldx, uint k, uint n, uint w, __global float *P,
+    uint p_off) {
+  const uint jb = get_global_id(0), j0 = jb * w, p0 = get_global_id(1) * 16;
+  const uint nn = min(n - j0, w);
+  X += x_off + j0;
+  P += p_off + (size_t)jb * k * w;
+  for (uint p = p0; p < min(p0 + 16, k); p++) {
+    __global const float *src = X + (size_t)p * ldx;
+    __global float *dst = P + (size_t)p * w;
+    if (nn == 2 * CPU_W) {
+      CPU_VSTORE(CPU_VLOAD(0, src), 0, dst);
+      CPU_VSTORE(CPU_VLOAD(1, src), 1, dst);
+    } else {
+      for (uint e = 0; e < nn; e++) dst[e] = src[e];
+    }
+  }
 }
 
 /* gemm_cpu's products in a batch of more than one (the per-head products): a work-item runs

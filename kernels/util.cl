@@ -8,7 +8,9 @@ __kernel void fill(__global float *x, uint x_off, uint n, float value) {
 }
 
 /* out = in^T for gemm.c: in is rows x cols with leading dimension ld_in, out cols x rows with
- * ld_out. A work-item moves one T_SIDE x T_SIDE block; blocks cut by the matrix's edge go
+ * ld_out; with panel > 0 (a multiple of T_SIDE) out is in panels of that many of its columns,
+ * panel_stride floats apart, each cols x panel with ld_out = panel (gemm_cpu's B, gemm.cl's
+ * gemm_pack). A work-item moves one T_SIDE x T_SIDE block; blocks cut by the matrix's edge go
  * element by element. Global (ceil(cols / T_SIDE), ceil(rows / T_SIDE)).
  *  - Group shape (GPUs): 8 x 8, eight vector loads into a private block, then its columns out
  *    as rows. (Eight float8 columns built from the rows' components ran as fast on PoCL, but
@@ -26,11 +28,12 @@ __kernel void fill(__global float *x, uint x_off, uint n, float value) {
 #define T_SIDE 8u
 #endif
 __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __global float *out,
-                        uint out_off, uint ld_out, uint rows, uint cols) {
+                        uint out_off, uint ld_out, uint rows, uint cols, uint panel,
+                        uint panel_stride) {
   const uint c0 = get_global_id(0) * T_SIDE, r0 = get_global_id(1) * T_SIDE;
   if (c0 >= cols || r0 >= rows) return;
   in += in_off + r0 * ld_in + c0;
-  out += out_off + c0 * ld_out + r0;
+  out += out_off + c0 * ld_out + (panel ? r0 / panel * panel_stride + r0 % panel : r0);
   const bool whole = c0 + T_SIDE <= cols && r0 + T_SIDE <= rows;
 #if defined(RELCL_ROW_ITEM) && defined(RELCL_POCL)
   if (whole) {

@@ -206,6 +206,14 @@ static const layer_case cases[] = {
      * whose work-items go down the rows first */
     {OP_BATCHED, "single A^T 20x40x1000 beta", 20, 40, 1000, 0, 13},
     {OP_BATCHED, "single B^T 10x600x5", 10, 600, 5, 0, 10},
+    /* B as laid out, its rows 1024 floats or more apart, read in panels (gemm.c's panels():
+     * k over 256, 256 rows or more), the last one of 6 columns; a weight gradient's slices
+     * (512 + 268) over one copy. (Every B^T product above goes through panels.) */
+    {OP_BATCHED, "single 260x1030x300 beta", 260, 1030, 300, 0, 12},
+    {OP_BATCHED, "single A^T 256x1030x780", 256, 1030, 780, 0, 9},
+    /* A transposed, its rows 1024 floats or more apart; slices of 512 + 288 */
+    {OP_BATCHED, "single A^T 1030x260x300 beta", 1030, 260, 300, 0, 13},
+    {OP_BATCHED, "single A^T 1025x256x800", 1025, 256, 800, 0, 9},
     /* a short sum (k <= 64), A and B as laid out, 64 rows or more: gemm_cpu_batch over
      * blocks of 32 rows (24 with AVX2's 6-row blocks), B shared; a last, shorter block */
     {OP_BATCHED, "single 150x40x33 beta", 150, 40, 33, 0, 12},

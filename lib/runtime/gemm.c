@@ -63,8 +63,11 @@ static bool own_transpose(const relcl_context *ctx, size_t k, size_t rows_tile_d
          rows_tile_dim % tile == 0 && k % ctx->gemm_k_tile == 0;
 }
 
-relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
-                              size_t ld, relcl_buf out, size_t ld_out) {
+/* relcl__transpose, with panel > 0 into panels of that many of out's columns, panel_stride
+ * floats apart (kernels/util.cl) */
+static relcl_status transpose_run(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
+                                  size_t ld, relcl_buf out, size_t ld_out, size_t panel,
+                                  size_t panel_stride) {
   if (rows == 0 || cols == 0) return RELCL_OK;
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "util", "transpose", &k);
@@ -77,6 +80,9 @@ relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size
   RELCL__ARG(&a, ldo);
   RELCL__ARG(&a, r);
   RELCL__ARG(&a, c);
+  const cl_uint pw = (cl_uint)panel, ps = (cl_uint)panel_stride;
+  RELCL__ARG(&a, pw);
+  RELCL__ARG(&a, ps);
   if (a.err != CL_SUCCESS) return relcl__cl_fail(a.err, "clSetKernelArg(transpose)");
   /* blocks of 8 x 8 a work-item, or of 16 x 16 in the item shape (kernels/util.cl) */
   const size_t side = ctx->row_item ? 16 : 8;
@@ -87,12 +93,59 @@ relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size
   return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(transpose)");
 }
 
+relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
+                              size_t ld, relcl_buf out, size_t ld_out) {
+  return transpose_run(ctx, x, rows, cols, ld, out, ld_out, 0, 0);
+}
+
 /* x^T into a scratch buffer *out (cols x rows, ld rows) the caller gives back to the pool. */
 static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
                                     size_t ld, cl_mem *out) {
   relcl_status st = relcl__pool_get(ctx, rows * cols * sizeof(float), out);
   return st == RELCL_OK ? relcl__transpose(ctx, x, rows, cols, ld, relcl_buf_at(*out, 0), rows)
                         : st;
+}
+
+/* gemm_cpu's B in panels of 2 W columns (kernels/gemm.cl's gemm_pack): each block of the
+ * product then reads its rows one after the other, where B's own rows, ldb floats apart,
+ * cross a page every few steps of the sum (or every step: ldb 1024 or more), and the CPU's
+ * prefetchers stop at pages. B as laid out is copied into panels when its rows are a page or
+ * more apart, its sum longer than RELCL_CPU_PACK_K and C at least RELCL_CPU_PACK_M rows (the
+ * copy moves k n floats once, the product m n k multiply-adds); a transposed B goes into
+ * panels as it is transposed, at no extra cost. Zen 5, relcl-bench's SGEMM measure (1024^3,
+ * B transposed, rows 4 KB apart), four interleaved pairs: 281-346 GFLOP/s in rows of B,
+ * 458-497 in panels; its issue-8 step's content GEMMs 486 and 490 -> 472 and 478 ms (B^T
+ * 4000x1024x256 32 -> 28, A^T 256x1024x4000 37 -> 35, ...), where most rows are 1 KB apart. */
+#define RELCL_CPU_PACK_K 256
+#define RELCL_CPU_PACK_M 256
+#define RELCL_CPU_PACK_LD 1024
+
+/* x (k x n, ld ldx; with trans n x k) into panels of w of its columns (of the k x n), in a
+ * scratch buffer *out the caller gives back to the pool: panel jb holds rows 0 .. k-1 of
+ * columns jb w .. jb w + w - 1 at jb k w, ld w (*panel = k w): gemm_cpu's B in panels of 2 W.
+ * *out NULL: with trans, w is not a multiple of the transpose's block side. */
+static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf x, size_t ldx, size_t k,
+                           size_t n, size_t w, cl_mem *out, size_t *panel) {
+  const size_t np = (n + w - 1) / w;
+  *out = NULL;
+  if (trans && w % (ctx->row_item ? 16 : 8) != 0) return RELCL_OK;
+  relcl__kernel_entry *kern = NULL;
+  relcl_status st = trans ? RELCL_OK : relcl__kernel(ctx, "gemm", "gemm_pack", &kern);
+  if (st == RELCL_OK) st = relcl__pool_get(ctx, np * k * w * sizeof(float), out);
+  if (st != RELCL_OK) return st;
+  *panel = k * w;
+  if (trans) /* x's rows are the k x n's columns */
+    return transpose_run(ctx, x, n, k, ldx, relcl_buf_at(*out, 0), w, w, k * w);
+  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+  const cl_uint lx = (cl_uint)ldx, kk = (cl_uint)k, nn = (cl_uint)n, ww = (cl_uint)w;
+  relcl__buf_arg(&args, x, NULL);
+  RELCL__ARG(&args, lx);
+  RELCL__ARG(&args, kk);
+  RELCL__ARG(&args, nn);
+  RELCL__ARG(&args, ww);
+  relcl__buf_arg(&args, relcl_buf_at(*out, 0), NULL);
+  size_t global[2] = {np, (k + 15) / 16}, local[2] = {1, 1};
+  return relcl__enqueue(ctx, kern, &args, 2, global, local, NULL);
 }
 
 /* One row-major product C = alpha op(A) op(B) + beta C, given to CLBlast as the column-major
@@ -281,7 +334,7 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                 size_t batch, size_t chunk, relcl_buf mask, size_t ldm,
                                 const relcl__gemm_term *t2, size_t heads, size_t c_head,
-                                cl_event *ev) {
+                                size_t b_panel, cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
@@ -297,12 +350,16 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                        NULL, beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1,
                        0, 1, ev);
   }
+  /* B transposed: into panels (or, where a transpose block does not fit one, rows) */
   cl_mem tb = NULL;
   relcl_status st = RELCL_OK;
   if (trans_b) {
-    st = transposed_copy(ctx, b, n, k, ldb, &tb);
-    b = relcl_buf_at(tb, 0), ldb = n;
+    st = panels(ctx, true, b, ldb, k, n, nr, &tb, &b_panel);
+    const bool rows = st == RELCL_OK && !tb;
+    if (rows) st = transposed_copy(ctx, b, n, k, ldb, &tb);
+    b = relcl_buf_at(tb, 0), ldb = rows ? n : nr;
   }
+  const cl_uint panel = (cl_uint)(b_panel ? b_panel : nr); /* B's blocks this far apart */
   relcl__kernel_entry *kern = NULL;
   if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "gemm_cpu", &kern);
   if (st == RELCL_OK) {
@@ -321,6 +378,7 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     relcl__buf_arg(&args, masked ? mask : c, NULL);
     RELCL__ARG(&args, lm);
     RELCL__ARG(&args, masked);
+    RELCL__ARG(&args, panel);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
     size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
     size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
@@ -418,6 +476,14 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   /* the profile's name of what ran */
   const char *kind = how == CPU && (batch > 1 || chunk > 0) ? "gemm_cpu_batch" : kinds[how];
   st = RELCL_OK;
+  /* B as laid out in panels for gemm_cpu (see panels()): one copy for all slices */
+  cl_mem pk = NULL;
+  size_t b_panel = 0;
+  if (how == CPU && batch == 1 && chunk == 0 && !trans_b && k > RELCL_CPU_PACK_K &&
+      m >= RELCL_CPU_PACK_M && ldb >= RELCL_CPU_PACK_LD) {
+    st = panels(ctx, false, b, ldb, k, n, 2 * (size_t)ctx->cpu_vec, &pk, &b_panel);
+    if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
+  }
   for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
     const size_t kk = k - k0 < len ? k - k0 : len;
     const relcl_buf ak = relcl_buf_at(a.mem, a.offset + (trans_a ? k0 * lda : k0)),
@@ -432,7 +498,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
                        stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, t2, heads,
-                       c_head, e);
+                       c_head, b_panel, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
@@ -452,6 +518,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     }
     }
   }
+  relcl__pool_put(ctx, pk); /* the queue is in order: the products have read it */
   if (st == RELCL_OK && ev) {
     char name[160], plus[32] = ""; /* a second term's length: "+17" */
     if (t2) snprintf(plus, sizeof plus, "+%zu", t2->k);
