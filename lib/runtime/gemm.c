@@ -110,14 +110,15 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
  * product then reads its rows one after the other, where B's own rows, ldb floats apart,
  * cross a page every few steps of the sum (or every step: ldb 1024 or more), and the CPU's
  * prefetchers stop at pages. B as laid out is copied into panels when its rows are a page or
- * more apart, its sum longer than RELCL_CPU_PACK_K and C at least RELCL_CPU_PACK_M rows (the
- * copy moves k n floats once, the product m n k multiply-adds); a transposed B goes into
+ * more apart, its sum longer than RELCL_CPU_PACK_K and C at least RELCL_CPU_PACK_REUSE rows
+ * (the copy moves k n floats once, the product reads them once per block of rows;
+ * gemm_run's copy of a transposed A asks the same of C's columns); a transposed B goes into
  * panels as it is transposed, at no extra cost. Zen 5, relcl-bench's SGEMM measure (1024^3,
  * B transposed, rows 4 KB apart), four interleaved pairs: 281-346 GFLOP/s in rows of B,
  * 458-497 in panels; its issue-8 step's content GEMMs 486 and 490 -> 472 and 478 ms (B^T
  * 4000x1024x256 32 -> 28, A^T 256x1024x4000 37 -> 35, ...), where most rows are 1 KB apart. */
 #define RELCL_CPU_PACK_K 256
-#define RELCL_CPU_PACK_M 256
+#define RELCL_CPU_PACK_REUSE 256
 #define RELCL_CPU_PACK_LD 1024
 
 /* x (k x n, ld ldx; with trans n x k) into panels of w of its columns (of the k x n), in a
@@ -480,7 +481,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   cl_mem pk = NULL;
   size_t b_panel = 0;
   if (how == CPU && batch == 1 && chunk == 0 && !trans_b && k > RELCL_CPU_PACK_K &&
-      m >= RELCL_CPU_PACK_M && ldb >= RELCL_CPU_PACK_LD) {
+      m >= RELCL_CPU_PACK_REUSE && ldb >= RELCL_CPU_PACK_LD) {
     st = panels(ctx, false, b, ldb, k, n, 2 * (size_t)ctx->cpu_vec, &pk, &b_panel);
     if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
   }
@@ -493,7 +494,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   cl_mem pa = NULL;
   bool ta = trans_a;
   if (st == RELCL_OK && how == CPU && batch == 1 && chunk == 0 && trans_a &&
-      k > RELCL_CPU_PACK_K && n >= RELCL_CPU_PACK_M && lda >= RELCL_CPU_PACK_LD) {
+      k > RELCL_CPU_PACK_K && n >= RELCL_CPU_PACK_REUSE && lda >= RELCL_CPU_PACK_LD) {
     st = transposed_copy(ctx, a, k, m, lda, &pa);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
