@@ -4,6 +4,7 @@
  * contexts used from two threads at once (relcl.h's thread-safety rule) give the bits of
  * one thread. Public API only: linked against the shared library. */
 #include <pthread.h>
+#include <time.h>
 
 #include "testutil.h"
 
@@ -127,6 +128,11 @@ int main(void) {
   clReleaseMemObject(foreign);
 
   relcl_context_destroy(own);
+  /* PoCL's worker threads release a finished command's event, which holds its queue, a moment
+   * after clFinish has returned: one fresh-clone CI run saw the count at 2 right after the
+   * destroy. Wait up to a second for it to settle; a reference relcl kept would not. */
+  for (int i = 0; i < 100 && refcount_queue(queue) != q_refs; i++)
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   /* The context's count may stay above c_refs while another relcl context lives (ref here):
    * CLBlast caches its compiled GEMM programs per cl_context, each holding a reference. The
    * last relcl context clears that cache: checked at the end. */
