@@ -269,23 +269,20 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
            0, A, 0, B, C, A, 0, false, mk, ldm);
 }
 
-/* X (k x n, rows ldx apart) in panels of w columns for gemm_cpu (gemm.c's panels(): B in
- * panels of 2 W): panel jb holds rows 0 .. k-1 of columns jb w .. jb w + w - 1, a row after
- * the other, at P + jb k w; columns past n are not written (gemm_cpu reads only n's). A
- * work-item moves 16 rows of one panel; global (ceil(n / w), ceil(k / 16)). A transposed A
- * (k x m, rows 1024 floats or more apart) in panels of CPU_MR was tried too: the weight
- * gradient A^T 1024x256x4000 6-22% faster, A^T 8000x256x1048 12-18% slower, the step the
- * same (relcl-bench, Zen 5, two pairs). */
+/* B (k x n, rows ldb apart) in panels of 2 W columns for gemm_cpu (gemm.c's panels()):
+ * panel jb holds rows 0 .. k-1 of columns jb 2 W .. jb 2 W + 2 W - 1, a row after the other,
+ * at P + jb k 2 W; columns past n are not written (gemm_cpu reads only n's). A work-item
+ * moves 16 rows of one panel; global (ceil(n / 2 W), ceil(k / 16)). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_pack(
-    __global const float *X, uint x_off, uint ldx, uint k, uint n, uint w, __global float *P,
+    __global const float *B, uint b_off, uint ldb, uint k, uint n, __global float *P,
     uint p_off) {
-  const uint jb = get_global_id(0), j0 = jb * w, p0 = get_global_id(1) * 16;
-  const uint nn = min(n - j0, w);
-  X += x_off + j0;
-  P += p_off + (size_t)jb * k * w;
+  const uint jb = get_global_id(0), j0 = jb * 2 * CPU_W, p0 = get_global_id(1) * 16;
+  const uint nn = min(n - j0, 2u * CPU_W);
+  B += b_off + j0;
+  P += p_off + (size_t)jb * k * 2 * CPU_W;
   for (uint p = p0; p < min(p0 + 16, k); p++) {
-    __global const float *src = X + (size_t)p * ldx;
-    __global float *dst = P + (size_t)p * w;
+    __global const float *src = B + (size_t)p * ldb;
+    __global float *dst = P + (size_t)p * 2 * CPU_W;
     if (nn == 2 * CPU_W) {
       CPU_VSTORE(CPU_VLOAD(0, src), 0, dst);
       CPU_VSTORE(CPU_VLOAD(1, src), 1, dst);

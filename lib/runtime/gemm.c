@@ -121,13 +121,13 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
 #define RELCL_CPU_PACK_REUSE 256
 #define RELCL_CPU_PACK_LD 1024
 
-/* x (k x n, ld ldx; with trans n x k) into panels of w of its columns (of the k x n), in a
- * scratch buffer *out the caller gives back to the pool: panel jb holds rows 0 .. k-1 of
- * columns jb w .. jb w + w - 1 at jb k w, ld w (*panel = k w): gemm_cpu's B in panels of 2 W.
- * *out NULL: with trans, w is not a multiple of the transpose's block side. */
-static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf x, size_t ldx, size_t k,
-                           size_t n, size_t w, cl_mem *out, size_t *panel) {
-  const size_t np = (n + w - 1) / w;
+/* op(B) (k x n: B k x n, ld ldb, or with trans B n x k) into panels of w = 2 W of its
+ * columns in a scratch buffer *out the caller gives back to the pool: panel jb holds rows
+ * 0 .. k-1 of columns jb w .. jb w + w - 1 at jb k w, ld w (*panel = k w). *out NULL: with
+ * trans, w is not a multiple of the transpose's block side. */
+static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf b, size_t ldb, size_t k,
+                           size_t n, cl_mem *out, size_t *panel) {
+  const size_t w = 2 * (size_t)ctx->cpu_vec, np = (n + w - 1) / w;
   *out = NULL;
   if (trans && w % (ctx->row_item ? 16 : 8) != 0) return RELCL_OK;
   relcl__kernel_entry *kern = NULL;
@@ -135,15 +135,14 @@ static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf x, size_t l
   if (st == RELCL_OK) st = relcl__pool_get(ctx, np * k * w * sizeof(float), out);
   if (st != RELCL_OK) return st;
   *panel = k * w;
-  if (trans) /* x's rows are the k x n's columns */
-    return transpose_run(ctx, x, n, k, ldx, relcl_buf_at(*out, 0), w, w, k * w);
+  if (trans) /* B's rows are op(B)'s columns */
+    return transpose_run(ctx, b, n, k, ldb, relcl_buf_at(*out, 0), w, w, k * w);
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-  const cl_uint lx = (cl_uint)ldx, kk = (cl_uint)k, nn = (cl_uint)n, ww = (cl_uint)w;
-  relcl__buf_arg(&args, x, NULL);
-  RELCL__ARG(&args, lx);
+  const cl_uint lb = (cl_uint)ldb, kk = (cl_uint)k, nn = (cl_uint)n;
+  relcl__buf_arg(&args, b, NULL);
+  RELCL__ARG(&args, lb);
   RELCL__ARG(&args, kk);
   RELCL__ARG(&args, nn);
-  RELCL__ARG(&args, ww);
   relcl__buf_arg(&args, relcl_buf_at(*out, 0), NULL);
   size_t global[2] = {np, (k + 15) / 16}, local[2] = {1, 1};
   return relcl__enqueue(ctx, kern, &args, 2, global, local, NULL);
@@ -355,7 +354,7 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   cl_mem tb = NULL;
   relcl_status st = RELCL_OK;
   if (trans_b) {
-    st = panels(ctx, true, b, ldb, k, n, nr, &tb, &b_panel);
+    st = panels(ctx, true, b, ldb, k, n, &tb, &b_panel);
     const bool rows = st == RELCL_OK && !tb;
     if (rows) st = transposed_copy(ctx, b, n, k, ldb, &tb);
     b = relcl_buf_at(tb, 0), ldb = rows ? n : nr;
@@ -477,12 +476,13 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   /* the profile's name of what ran */
   const char *kind = how == CPU && (batch > 1 || chunk > 0) ? "gemm_cpu_batch" : kinds[how];
   st = RELCL_OK;
-  /* B as laid out in panels for gemm_cpu (see panels()): one copy for all slices */
+  /* gemm_cpu's single products with a long sum: B as laid out in panels (see panels()), one
+   * copy for all slices */
+  const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K;
   cl_mem pk = NULL;
   size_t b_panel = 0;
-  if (how == CPU && batch == 1 && chunk == 0 && !trans_b && k > RELCL_CPU_PACK_K &&
-      m >= RELCL_CPU_PACK_REUSE && ldb >= RELCL_CPU_PACK_LD) {
-    st = panels(ctx, false, b, ldb, k, n, 2 * (size_t)ctx->cpu_vec, &pk, &b_panel);
+  if (long_single && !trans_b && m >= RELCL_CPU_PACK_REUSE && ldb >= RELCL_CPU_PACK_LD) {
+    st = panels(ctx, false, b, ldb, k, n, &pk, &b_panel);
     if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
   }
   /* A transposed with rows a page or more apart (a weight gradient over wide activations):
@@ -493,8 +493,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * instead, 12-18% slower); content GEMMs 477 and 470 -> 461 and 454. */
   cl_mem pa = NULL;
   bool ta = trans_a;
-  if (st == RELCL_OK && how == CPU && batch == 1 && chunk == 0 && trans_a &&
-      k > RELCL_CPU_PACK_K && n >= RELCL_CPU_PACK_REUSE && lda >= RELCL_CPU_PACK_LD) {
+  if (st == RELCL_OK && long_single && trans_a && n >= RELCL_CPU_PACK_REUSE &&
+      lda >= RELCL_CPU_PACK_LD) {
     st = transposed_copy(ctx, a, k, m, lda, &pa);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
