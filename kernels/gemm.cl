@@ -115,10 +115,15 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
 #define CPU_VLOAD RELCL_CPU_VLOAD
 #define CPU_VSTORE RELCL_CPU_VSTORE
 #define CPU_STEP(SP) CPU_STEP_R(SP, CPU_MR)
-/* the same for the first R rows of the block only (a last block of at most CPU_MR / 2 rows) */
+/* the same for the first R rows of the block only (a last block of at most CPU_MR / 2 rows).
+ * The loop runs to the constant CPU_MR and tests R inside, so that it unrolls whether or not
+ * R is a constant where it lands: with a loop to R, LLVM reported five of these loops in
+ * cpu_rows and bt_rows as "not unrolled" in PoCL's AVX2 and SSE2 code (not in its AVX-512
+ * code), which keeps the accumulators out of registers. Where R is a constant (the usual
+ * case) the test folds away. */
 #define CPU_STEP_R(SP, R)                                                                   \
   {                                                                                         \
-    _Pragma("unroll") for (int r = 0; r < (R); r++) {                                       \
+    _Pragma("unroll") for (int r = 0; r < CPU_MR; r++) if (r < (R)) {                       \
       const CPU_VEC av = (CPU_VEC)(a[r][(SP)]);                                             \
       c0[r] = CPU_MAD(av, b0, c0[r]);                                                       \
       c1[r] = CPU_MAD(av, b1, c1[r]);                                                       \

@@ -2,13 +2,14 @@
 """relcl-info and RELCL_DEVICE from outside: a choice that matches nothing exits 1 with one
 line naming the choice (so a script can check a choice), a choice that matches exits 0 and
 marks that device; on PoCL, RELCL_DEVICE=pocl (the README's example) matches through the
-platform vendor "The pocl project".
+platform vendor "The pocl project", and every kernel built from cold prints nothing on stderr.
 
 usage: test_info.py RELCL-INFO
 """
 import os
 import subprocess
 import sys
+import tempfile
 
 passed = failed = 0
 
@@ -57,6 +58,13 @@ def main():
         r = run(info, "POCL")
         check(r.returncode == 0 and "[default]" in r.stdout,
               f"PoCL: RELCL_DEVICE=POCL matches through the vendor (exit {r.returncode})")
+        # every kernel built from cold (no relcl cache, an empty PoCL cache) prints nothing on
+        # stderr: Debian's PoCL prints clang's count of warnings there ("12 warnings
+        # generated." for each family with PoCL's AVX2 code before relcl built with -w)
+        with tempfile.TemporaryDirectory() as cold:
+            r = run(info, "0:0", RELCL_CACHE_DIR="off", POCL_CACHE_DIR=cold)
+        check(r.returncode == 0 and "kernels:" in r.stdout and r.stderr == "",
+              f"PoCL: every kernel built from cold, nothing on stderr: {r.stderr.strip()!r}")
     else:
         print("skip PoCL vendor checks: the platform is not PoCL")
 

@@ -8,32 +8,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether the device is one of PoCL's CPU devices (RELCL_POCL): the kernels then use what its
- * compiler turns into the CPU's own instructions and was measured there: clang's
+/* Whether the device is PoCL's, and one of its CPU devices (RELCL_POCL): the kernels then use
+ * what its compiler turns into the CPU's own instructions and was measured there: clang's
  * __builtin_prefetch (gemm.cl CPU_PREFETCH) and util.cl's transpose through shuffled
  * registers. Oclgrind, also clang, cannot run a kernel that calls the first ("Undefined
  * external function: llvm.prefetch") and its uninitialized-value checker reports the
  * second's stores; PoCL's GPU devices (its CUDA back end) and other platforms are not
  * measured: they build without both. */
-static bool pocl_cpu(cl_device_id device) {
+static bool pocl_device(cl_device_id device, bool *cpu) {
   cl_platform_id platform;
   cl_device_type type = 0;
   char name[256] = "";
+  *cpu = false;
   if (clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL) !=
           CL_SUCCESS ||
       clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
       clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name - 1, name, NULL) != CL_SUCCESS)
     return false;
-  return (type & CL_DEVICE_TYPE_CPU) && strcmp(name, "Portable Computing Language") == 0;
+  *cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+  return strcmp(name, "Portable Computing Language") == 0;
 }
 
 /* OpenCL C 1.2 everywhere; no -cl-fast-relaxed-math: it breaks masking on NVIDIA. The item
  * shape of the row kernels (kernels/common.cl) is a define, and so are gemm_cpu's vector
  * width (relcl__cpu_vec) and whether the device is a PoCL CPU (RELCL_POCL); the
- * options are part of the binary cache's key, so two builds never share an entry. */
+ * options are part of the binary cache's key, so two builds never share an entry. On PoCL,
+ * -w: Debian's PoCL prints clang's count of warnings ("12 warnings generated.") on the
+ * program's stderr at every build that has any, and a library must not print. With AVX2 code
+ * every family had some: the ABI notes clang gives for each call with vectors wider than
+ * the target's registers (ulong8, float16; float8 with SSE2), which change nothing within one
+ * program. A failed build still shows its errors (the build log). */
 static const char *build_options(bool row_item, cl_device_id device, char *buf, size_t size) {
-  snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d%s", row_item ? " -DRELCL_ROW_ITEM" : "",
-           relcl__cpu_vec(device), pocl_cpu(device) ? " -DRELCL_POCL" : "");
+  bool cpu;
+  const bool pocl = pocl_device(device, &cpu);
+  snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d%s%s",
+           row_item ? " -DRELCL_ROW_ITEM" : "", relcl__cpu_vec(device),
+           pocl && cpu ? " -DRELCL_POCL" : "", pocl ? " -w" : "");
   return buf;
 }
 
