@@ -116,10 +116,21 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
  * panels as it is transposed, at no extra cost. Zen 5, relcl-bench's SGEMM measure (1024^3,
  * B transposed, rows 4 KB apart), four interleaved pairs: 281-346 GFLOP/s in rows of B,
  * 458-497 in panels; its issue-8 step's content GEMMs 486 and 490 -> 472 and 478 ms (B^T
- * 4000x1024x256 32 -> 28, A^T 256x1024x4000 37 -> 35, ...), where most rows are 1 KB apart. */
-#define RELCL_CPU_PACK_K 256
+ * 4000x1024x256 32 -> 28, A^T 256x1024x4000 37 -> 35, ...), where most rows are 1 KB apart.
+ *
+ * Where a block's row of B is one cache line or less (W 8 or 4: AVX2, SSE2, 128-bit SIMD), a
+ * step of the sum reads one line of B, and rows 1 KB apart already starve the prefetchers:
+ * there B goes into panels whatever ldb, for every product past gemm_cpu_batch's narrow ones
+ * (k > RELCL_CPU_NARROW_K), and a transposed A is copied out likewise (RELCL_CPU_PACK_LD 0).
+ * Zen 3 EPYC (AVX2), a harness alternating both rules, median of 5 to 15: 1048x256x8000 (the
+ * output layer's input gradient, B rows 1 KB apart) 71 -> 33 ms, 4000x256x1024 20.8 -> 16.3,
+ * 4000x1024x256 25.4 -> 20.9; A^T 768x256x4000 22.9 -> 17.9, 256x1024x4000 23.1 -> 19.2,
+ * 8000x256x1048 52.1 -> 47.2; 512x128x128 to 512x512x128 (the tiny preset's) within 0.1 ms
+ * either way. PoCL's SSE2 code on the same machine: 1048x256x8000 251 -> 167 ms, the others
+ * within 5%. */
+#define RELCL_CPU_PACK_K(w) ((w) >= 16 ? 256 : RELCL_CPU_NARROW_K)
 #define RELCL_CPU_PACK_REUSE 256
-#define RELCL_CPU_PACK_LD 1024
+#define RELCL_CPU_PACK_LD(w) ((w) >= 16 ? 1024 : 0)
 
 /* op(B) (k x n: B k x n, ld ldb, or with trans B n x k) into panels of w = 2 W of its
  * columns in a scratch buffer *out the caller gives back to the pool: panel jb holds rows
@@ -478,10 +489,11 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   st = RELCL_OK;
   /* gemm_cpu's single products with a long sum: B as laid out in panels (see panels()), one
    * copy for all slices */
-  const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K;
+  const int w = ctx->cpu_vec;
+  const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K(w);
   cl_mem pk = NULL;
   size_t b_panel = 0;
-  if (long_single && !trans_b && m >= RELCL_CPU_PACK_REUSE && ldb >= RELCL_CPU_PACK_LD) {
+  if (long_single && !trans_b && m >= RELCL_CPU_PACK_REUSE && ldb >= RELCL_CPU_PACK_LD(w)) {
     st = panels(ctx, false, b, ldb, k, n, &pk, &b_panel);
     if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
   }
@@ -494,7 +506,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   cl_mem pa = NULL;
   bool ta = trans_a;
   if (st == RELCL_OK && long_single && trans_a && n >= RELCL_CPU_PACK_REUSE &&
-      lda >= RELCL_CPU_PACK_LD) {
+      lda >= RELCL_CPU_PACK_LD(w)) {
     st = transposed_copy(ctx, a, k, m, lda, &pa);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
