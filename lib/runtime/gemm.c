@@ -377,11 +377,14 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     relcl__args args = {kern->kernel, 0, CL_SUCCESS};
     product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
                  ldc, stride_c);
-    /* Which operand's panel consecutive work-items share: A's rows (the default), or, for
-     * a wide B (over 512 columns: its whole is what falls out of cache), B's columns. Zen 5,
-     * relcl-bench's issue-8 step: 4000x1024x256 and 1048x8000x256 (B^T) 7-20% faster with
-     * B's columns shared, the products of 256 columns 5-45% slower. */
-    const cl_int rows_first = n > 512;
+    /* Which operand's panel consecutive work-items share: A's rows (the default), or, on
+     * AVX-512 devices, for a wide B (over 512 columns: its whole is what falls out of cache),
+     * B's columns. Zen 5, relcl-bench's issue-8 step: 4000x1024x256 and 1048x8000x256 (B^T)
+     * 7-20% faster with B's columns shared, the products of 256 columns 5-45% slower. On the
+     * Zen 3 EPYC (AVX2), a harness alternating both, median of 7 to 11: A's rows shared ran
+     * 4000x1024x256 (B^T) 21.3-21.8 -> 17.6-17.7 ms, its input gradient's 4000x1024x256
+     * 21.0 -> 16.9, 1048x8000x256 within 2%. */
+    const cl_int rows_first = ctx->cpu_vec >= 16 && n > 512;
     RELCL__ARG(&args, rows_first);
     /* ReLU's backward in the store (relcl__gemm_relu_masked), or C in the mask's place */
     const cl_int masked = mask.mem != NULL;
@@ -422,12 +425,17 @@ static how_t route(const relcl_context *ctx, bool trans_a, bool trans_b, size_t 
      * step against 4.6 in relcl's earlier labels_shared kernel) */
     how = CPU_BT;
   } else if (batch == 1 && ctx->gemm_cpu) {
-    /* A weight gradient (A transposed) with a long sum goes in slices of 512: each slice's
-     * panels of A and B then stay in cache. Zen 5, a harness: A^T 1024x256x4000 341 GFLOP/s
-     * against 216 in one piece, 256x1024x4000 236 against 198, 8000x256x1048 354 against
-     * 315. The other products run their whole sum at once (1048x256x8000: 530 in one piece). */
+    /* A weight gradient (A transposed) with a long sum goes in slices of 512 on AVX-512
+     * devices: each slice's panels of A and B then stay in cache. Zen 5, a harness: A^T
+     * 1024x256x4000 341 GFLOP/s against 216 in one piece, 256x1024x4000 236 against 198,
+     * 8000x256x1048 354 against 315. The other products run their whole sum at once
+     * (1048x256x8000: 530 in one piece). With 8 floats or fewer a vector, op(A) is copied out
+     * and B read in panels (gemm_run), both streams in order, and one piece is faster: Zen 3
+     * EPYC (AVX2), a harness alternating both, median of 7: A^T 256x1024x4000 22.4 -> 19.4 ms,
+     * 1024x256x4000 21.9 -> 20.6, 768x256x4000 17.3 -> 15.1, 8000x256x1048 44.8 -> 39.4
+     * (slices of 384 or 1024 were no better than 512). */
     how = CPU;
-    if (trans_a && k > 768) *len = 512;
+    if (trans_a && k > 768 && ctx->cpu_vec >= 16) *len = 512;
   } else if (batch == 1) {
     how = CLBLAST;
     const size_t chunk = ctx->gemm_k_chunk;
