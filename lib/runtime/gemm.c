@@ -377,14 +377,17 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     relcl__args args = {kern->kernel, 0, CL_SUCCESS};
     product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
                  ldc, stride_c);
-    /* Which operand's panel consecutive work-items share: A's rows (the default), or, on
-     * AVX-512 devices, for a wide B (over 512 columns: its whole is what falls out of cache),
-     * B's columns. Zen 5, relcl-bench's issue-8 step: 4000x1024x256 and 1048x8000x256 (B^T)
-     * 7-20% faster with B's columns shared, the products of 256 columns 5-45% slower. On the
-     * Zen 3 EPYC (AVX2), a harness alternating both, median of 7 to 11: A's rows shared ran
-     * 4000x1024x256 (B^T) 21.3-21.8 -> 17.6-17.7 ms, its input gradient's 4000x1024x256
-     * 21.0 -> 16.9, 1048x8000x256 within 2%. */
-    const cl_int rows_first = ctx->cpu_vec >= 16 && n > 512;
+    /* Which operand's panel consecutive work-items share: A's rows (the default), or B's
+     * columns, so that the larger of op(A) and B stays in cache while the other streams. On
+     * AVX-512 devices B's columns for a wide B (over 512 columns). Zen 5, relcl-bench's
+     * issue-8 step: 4000x1024x256 and 1048x8000x256 (B^T) 7-20% faster with B's columns
+     * shared, the products of 256 columns 5-45% slower. With 8 floats or fewer a vector, B's
+     * columns where B is the larger (n > m). Zen 3 EPYC (AVX2), a harness alternating both
+     * with the operands out of cache (a 96 MB fill before each call), median of 7: A^T
+     * 256x1024x4000 21.4 ms with B's columns shared against 34.8, 1048x8000x256 (B^T) 37.0
+     * against 46.8; with A's rows 4000x1024x256 (B^T) 15.0 against 20.8, its input
+     * gradient's 16.3 against 22.8, A^T 8000x256x1048 64.9 against 84.2. */
+    const cl_int rows_first = ctx->cpu_vec >= 16 ? n > 512 : n > m;
     RELCL__ARG(&args, rows_first);
     /* ReLU's backward in the store (relcl__gemm_relu_masked), or C in the mask's place */
     const cl_int masked = mask.mem != NULL;
