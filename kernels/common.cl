@@ -272,6 +272,47 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
 #define T16_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
 #define T16_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 
+/* The same steps on an 8 x 8 block in v[8] (float8 rows: S = 4, 2, 1), for devices with 8
+ * floats a vector or fewer, where the 16 x 16 block's sixteen float16 (32 AVX2 registers)
+ * spill: util.cl's transpose and gemm.cl's heads_transpose16 move a 16 x 16 block as four of
+ * these there. */
+#ifdef RELCL_CLANG
+#define RELCL_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define RELCL_SHUFFLE8(a, b, ...) shuffle2(a, b, (uint8)(__VA_ARGS__))
+#endif
+#define T8_STEP(S, LO, HI)                                                                  \
+  _Pragma("unroll") for (int q = 0; q < 4; q++) {                                           \
+    const int r = q / S * 2 * S + q % S;                                                    \
+    const float8 x = v[r], y = v[r + S];                                                    \
+    v[r] = RELCL_SHUFFLE8(x, y, LO);                                                        \
+    v[r + S] = RELCL_SHUFFLE8(x, y, HI);                                                    \
+  }
+#define T8_LO4 0, 1, 2, 3, 8, 9, 10, 11
+#define T8_HI4 4, 5, 6, 7, 12, 13, 14, 15
+#define T8_LO2 0, 1, 8, 9, 4, 5, 12, 13
+#define T8_HI2 2, 3, 10, 11, 6, 7, 14, 15
+#define T8_LO1 0, 8, 2, 10, 4, 12, 6, 14
+#define T8_HI1 1, 9, 3, 11, 5, 13, 7, 15
+#define RELCL_TRANSPOSE8(v)                                                                 \
+  do {                                                                                      \
+    T8_STEP(4, T8_LO4, T8_HI4)                                                              \
+    T8_STEP(2, T8_LO2, T8_HI2)                                                              \
+    T8_STEP(1, T8_LO1, T8_HI1)                                                              \
+  } while (0)
+/* The 16 x 16 block at src (rows ld apart) transposed to dst (rows dst_ld apart), as four
+ * 8 x 8 blocks; LOAD8(p) and STORE8(v, p) read and write 8 floats at p (dst may be local or
+ * global memory: a macro, not a function) */
+#define RELCL_TRANSPOSE16_BY8(dst, dst_ld, src, ld)                                         \
+  _Pragma("unroll") for (int quad = 0; quad < 4; quad++) {                                  \
+    const int qr = quad / 2 * 8, qc = quad % 2 * 8;                                         \
+    float8 v[8];                                                                            \
+    _Pragma("unroll") for (int r = 0; r < 8; r++) v[r] = vload8(0, (src) + (qr + r) * (ld) + qc); \
+    RELCL_TRANSPOSE8(v);                                                                    \
+    _Pragma("unroll") for (int c = 0; c < 8; c++)                                           \
+      vstore8(v[c], 0, (dst) + (qc + c) * (dst_ld) + qr);                                   \
+  }
+
 /* v[16], rows of a 16 x 16 block, becomes its transpose (the four steps above) */
 #define RELCL_TRANSPOSE16(v)                                                                \
   do {                                                                                      \

@@ -46,10 +46,14 @@
  * faster in a harness on Zen 5). */
 inline void heads_transpose16(__local float *dst, uint dst_ld, __global const float *src,
                               uint ld) {
+#if RELCL_CPU_VEC < 16 /* as four 8 x 8 blocks (common.cl) */
+  RELCL_TRANSPOSE16_BY8(dst, dst_ld, src, ld);
+#else
   float16 v[16];
   _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] = vload16(0, src + r * ld);
   RELCL_TRANSPOSE16(v);
   _Pragma("unroll") for (int r = 0; r < 16; r++) vstore16(v[r], 0, dst + r * dst_ld);
+#endif
 }
 
 /* The batched products with B transposed and fewer than 12 columns (Q K^T of short
