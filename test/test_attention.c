@@ -11,6 +11,7 @@
  * relative, far above both. Errors are relative to max(largest entry, 1e-2): an all-zero
  * reference (dwK with k = 0) is compared on the scale of the other gradients, which are O(1). */
 #include "ops.h" /* relcl__attn_forward/backward with merged outputs */
+#include "runtime.h" /* relcl__cpu_width */
 #include "ref/ref.h"
 #include "testutil.h"
 
@@ -430,6 +431,7 @@ int main(int argc, char **argv) {
   }
   relcl_context *ctx = tu_context();
   printf("device: %s\n", relcl_context_device_name(ctx));
+  tu_check_width(relcl__cpu_width(ctx));
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const attn_case *c = &cases[i];
     if (small && (size_t)c->B * c->H * c->nq * c->nk > 600) continue;

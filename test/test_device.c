@@ -234,6 +234,37 @@ int main(void) {
   check_choice(cpu, "RELCL_HEAD_GEMM", (const char *const[2]){"relcl", "clblast"}, "cublas",
                took_relcl_heads);
 
+  /* The CPU kernels' vector width: unset, the device's own (16, 8 or 4 after its native
+   * float vector width); RELCL_CPU_VEC other than 4, 8 or 16 fails at creation, naming the
+   * variable (the _vec runs of test_layers, test_attention and test_model_ref check that a
+   * valid one is taken) */
+  {
+    const char *old = getenv("RELCL_CPU_VEC");
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    unsetenv("RELCL_CPU_VEC");
+    cl_uint native = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof native, &native, NULL);
+    const int own = native >= 16 ? 16 : native >= 8 ? 8 : 4;
+    ctx = NULL;
+    st = relcl_context_create(&ctx, "0:0");
+    tu_check(st == RELCL_OK && relcl__cpu_width(ctx) == own,
+             "RELCL_CPU_VEC unset: the device's width, %d floats (native %u)", own, native);
+    relcl_context_destroy(ctx);
+    static const char *const bad[] = {"5", "0", "8x", "float8"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      char named[64];
+      snprintf(named, sizeof named, "RELCL_CPU_VEC=%s:", bad[i]);
+      setenv("RELCL_CPU_VEC", bad[i], 1);
+      ctx = NULL;
+      st = relcl_context_create(&ctx, "0:0");
+      tu_check(st == RELCL_ERR_INVALID_ARG && ctx == NULL && strstr(relcl_last_error(), named),
+               "%s fails naming the variable: %s", named, relcl_last_error());
+    }
+    if (saved[0]) setenv("RELCL_CPU_VEC", saved, 1);
+    else unsetenv("RELCL_CPU_VEC");
+  }
+
   /* CLBlast tuning files: off, another device's, a malformed one, this device's */
   char driver[256] = "";
   clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);

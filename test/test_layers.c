@@ -1020,6 +1020,7 @@ int main(int argc, char **argv) {
   }
   relcl_context *ctx = tu_context();
   printf("device: %s\n", relcl_context_device_name(ctx));
+  tu_check_width(relcl__cpu_width(ctx));
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const layer_case *c = &cases[i];
     if (only && strstr(c->name, only) == NULL) continue;

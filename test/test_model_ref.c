@@ -257,6 +257,7 @@ int main(int argc, char **argv) {
   relcl_context *ctx = tu_context();
   if (k_chunk > 0) ctx = with_k_chunk(ctx, k_chunk);
   printf("device: %s\n", relcl_context_device_name(ctx));
+  tu_check_width(relcl__cpu_width(ctx));
   typedef struct variant {
     const char *name;
     relcl_positions pos;

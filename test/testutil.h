@@ -143,6 +143,17 @@ static inline relcl_context *tu_context(void) {
   return ctx;
 }
 
+/* Under RELCL_CPU_VEC (test/meson.build's _vec runs: each CPU vector width's kernels and
+ * product choices on whatever CPU runs the suite), that the context took that width; width
+ * is the context's (relcl__cpu_width, not public). */
+static inline void tu_check_width(int width) {
+  const char *env = getenv("RELCL_CPU_VEC");
+  printf("CPU kernels: %d floats a vector\n", width);
+  if (env && env[0])
+    tu_check(width == atoi(env), "RELCL_CPU_VEC=%s: the context's CPU kernels take %d floats",
+             env, width);
+}
+
 /* Tests of where kernels come from (the binary cache, RELCL_KERNEL_DIR): a small attention
  * call on a fresh context whose result must not depend on that; the sum of its outputs, NAN
  * when no context could be made (the reason is printed). */

@@ -186,6 +186,8 @@ bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
 
 bool relcl__own_products(const relcl_context *ctx) { return relcl__own_products_in(ctx); }
 
+int relcl__cpu_width(const relcl_context *ctx) { return ctx->cpu_vec; }
+
 /* What every context needs once its device, cl_context and queue are known: the device's
  * name and limits, the row kernels' shape, every kernel program (from the binary cache or
  * built) and CLBlast's tuning. Building every program here reports a build failure at
@@ -210,6 +212,11 @@ static relcl_status setup(relcl_context *ctx) {
     st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
   if (st == RELCL_OK)
     st = cpu_choice(ctx, "RELCL_CPU_GEMM", "relcl", "clblast", &ctx->gemm_cpu);
+  if (st == RELCL_OK && relcl__cpu_vec_env() < 0)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG,
+                     "RELCL_CPU_VEC=%s: expected 4, 8 or 16 (unset: the device's native float "
+                     "vector width)",
+                     getenv("RELCL_CPU_VEC"));
   ctx->cpu_vec = relcl__cpu_vec(ctx->device);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {

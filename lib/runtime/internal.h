@@ -170,8 +170,10 @@ relcl_status relcl__program_source_text(int i, char **out);
 /* Build (or load from the binary cache) family i for a device, its row kernels in the item
  * shape (kernels/common.cl) or the group shape. */
 /* gemm_cpu's vector width on this device (kernels/gemm.cl RELCL_CPU_VEC): 16, 8 or 4 after
- * its native float vector width (PoCL: the CPU's SIMD registers) */
+ * its native float vector width (PoCL: the CPU's SIMD registers), or RELCL_CPU_VEC's */
 int relcl__cpu_vec(cl_device_id device);
+/* RELCL_CPU_VEC: 0 unset or empty, 4, 8 or 16 as set, -1 any other value */
+int relcl__cpu_vec_env(void);
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,
                                   int i, bool row_item, bool use_cache, cl_program *out);
 /* Programs built from a cached binary (hits) and from source, counted over the process:

@@ -47,7 +47,20 @@ static const char *build_options(bool row_item, cl_device_id device, char *buf, 
   return buf;
 }
 
+int relcl__cpu_vec_env(void) {
+  const char *env = getenv("RELCL_CPU_VEC");
+  if (env == NULL || env[0] == '\0') return 0;
+  return strcmp(env, "4") == 0 ? 4 : strcmp(env, "8") == 0 ? 8 : strcmp(env, "16") == 0 ? 16 : -1;
+}
+
+/* RELCL_CPU_VEC chooses the width instead of the device: every width's code is correct on
+ * any device (the compiler splits a vector wider than the target's registers), so a test can
+ * run the kernels and the host's choices of another CPU (AVX-512's float16 rules on an AVX2
+ * machine, AVX2's float8 on AVX-512), and the same width can be compared across CPUs.
+ * context.c rejects any other value at context creation. */
 int relcl__cpu_vec(cl_device_id device) {
+  const int forced = relcl__cpu_vec_env();
+  if (forced > 0) return forced;
   cl_uint w = 0;
   if (clGetDeviceInfo(device, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof w, &w, NULL) !=
       CL_SUCCESS)

@@ -57,6 +57,9 @@ relcl_status relcl__launch_product(relcl_context *ctx, relcl__kernel_entry *k,
 /* The row kernels' shape on ctx (kernels/common.cl): true for a work-item per row (CPUs,
  * or RELCL_ROW_KERNELS=item), false for a power-of-two work-group per row. */
 bool relcl__row_item(const relcl_context *ctx);
+/* The vector width of relcl's CPU kernels on ctx (gemm_cpu's W, kernels/gemm.cl): 16, 8 or 4
+ * after the device's native float vector width, or RELCL_CPU_VEC's. */
+int relcl__cpu_width(const relcl_context *ctx);
 /* Whether relcl's own product kernels run ctx's products, single and batched (gemm_cpu,
  * gemm_cpu_bt: CPUs, unless RELCL_CPU_GEMM or RELCL_HEAD_GEMM is clblast): then a product
  * through relcl__gemm is the fastest form of it, and CLBlast's tuning changes nothing. */
