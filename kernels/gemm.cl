@@ -302,15 +302,16 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_pack(
 }
 
 /* gemm_cpu's products in a batch of more than one (the per-head products): a work-item runs
- * all rows of a block of 2 W columns of one product, and asks for the next product's lines as
- * it goes (CPU_ASK_SPAN). Global (ceil(n / 2 W), batch), local (1, 1). In a harness on the
- * Zen 5 EPYC, 32x64x32 x500 with the operands out of cache: 285 us against gemm_cpu's 420, A
- * transposed 291 against 387; in cache, 237-246 against 244-251. With k2 > 0, each product
- * has cpu_rows' second term, A2 (m x k2) B2 (k2 x n), both as laid out, at strides a2_stride
- * and b2_stride (0: one B2 for all; gemm.c's relcl__gemm_plus: a shared table's label sums
- * added to alpha V and to dQ in the same pass). With heads > 1, product b's C is at (b /
- * heads) c_stride + (b % heads) c_head: the per-head products of a sequence's heads write
- * straight into the merged layout, where relcl_heads_merge would have copied them. */
+ * all rows of a block of 2 W columns of one product, and with W 16 asks for the next
+ * product's lines as it goes (CPU_ASK_SPAN). Global (ceil(n / 2 W), batch), local (1, 1). In
+ * a harness on the Zen 5 EPYC, 32x64x32 x500 with the operands out of cache: 285 us against
+ * gemm_cpu's 420, A transposed 291 against 387; in cache, 237-246 against 244-251. With k2 >
+ * 0, each product has cpu_rows' second term, A2 (m x k2) B2 (k2 x n), both as laid out, at
+ * strides a2_stride and b2_stride (0: one B2 for all; gemm.c's relcl__gemm_plus: a shared
+ * table's label sums added to alpha V and to dQ in the same pass). With heads > 1, product
+ * b's C is at (b / heads) c_stride + (b % heads) c_head: the per-head products of a
+ * sequence's heads write straight into the merged layout, where relcl_heads_merge would have
+ * copied them. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
@@ -328,7 +329,12 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
   __global float *const next_c = C0 + ns * c_stride + nh * c_head;
   A2 += a2_off + b * a2_stride;
   B2 += b2_off + b * b2_stride + j0;
-  const bool ask = b + 1 < get_global_size(1);
+  /* Asking costs more than it gains with 8 floats or fewer a vector: Zen 3 EPYC (AVX2), a
+   * harness alternating both forms in one process (operands out of cache, median of 41, two
+   * rounds): 32x64x32 x500 1.82 and 1.85 ms asking, 1.57 and 1.55 not; +17 labels 2.34 ->
+   * 2.04 and 2.02, +33 2.71 and 2.66 -> 2.43 and 2.33, A^T 1.82 and 1.78 -> 1.58 and 1.55.
+   * (gemm_cpu_bt's asks still pay there: B^T 32x32x64 1.55 against 1.79 without.) */
+  const bool ask = CPU_W >= 16 && b + 1 < get_global_size(1);
   const size_t a_span = trans_a ? (size_t)(k - 1) * lda + m : (size_t)(m - 1) * lda + k;
   const size_t a2_span = k2 > 0 ? (size_t)(m - 1) * lda2 + k2 : 0;
   /* the last block, if it has at most half of CPU_MR rows, in a block of half the height */
