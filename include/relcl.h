@@ -125,7 +125,8 @@ const char *relcl_context_host_cpu(const relcl_context *ctx);
 relcl_status relcl_finish(relcl_context *ctx);
 
 /* Build every relcl kernel program for one device (no cache), for diagnostics.
- * On failure returns RELCL_ERR_BUILD and relcl_last_error() holds the build log. */
+ * On failure returns RELCL_ERR_BUILD and relcl_last_error() holds the build log;
+ * RELCL_ERR_INVALID_ARG where RELCL_CPU_VEC is set to other than 4, 8 or 16. */
 relcl_status relcl_build_check(cl_platform_id platform, cl_device_id device);
 
 /* Names of the kernel program families relcl compiles ("attention", ...), NULL-ended. */

@@ -261,6 +261,10 @@ int main(void) {
       tu_check(st == RELCL_ERR_INVALID_ARG && ctx == NULL && strstr(relcl_last_error(), named),
                "%s fails naming the variable: %s", named, relcl_last_error());
     }
+    st = relcl_build_check(plat, dev); /* relcl-info's kernels line */
+    tu_check(st == RELCL_ERR_INVALID_ARG && strstr(relcl_last_error(), "RELCL_CPU_VEC=float8:"),
+             "relcl_build_check with RELCL_CPU_VEC=float8 fails naming it: %s",
+             relcl_last_error());
     if (saved[0]) setenv("RELCL_CPU_VEC", saved, 1);
     else unsetenv("RELCL_CPU_VEC");
   }

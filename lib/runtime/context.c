@@ -188,6 +188,16 @@ bool relcl__own_products(const relcl_context *ctx) { return relcl__own_products_
 
 int relcl__cpu_width(const relcl_context *ctx) { return ctx->cpu_vec; }
 
+/* RELCL_CPU_VEC, the CPU kernels' vector width (program.c's relcl__cpu_vec): unset, 4, 8 or
+ * 16, else an error naming it */
+static relcl_status cpu_vec_check(void) {
+  if (relcl__cpu_vec_env() >= 0) return RELCL_OK;
+  return relcl__fail(RELCL_ERR_INVALID_ARG,
+                     "RELCL_CPU_VEC=%s: expected 4, 8 or 16 (unset: the device's native float "
+                     "vector width)",
+                     getenv("RELCL_CPU_VEC"));
+}
+
 /* What every context needs once its device, cl_context and queue are known: the device's
  * name and limits, the row kernels' shape, every kernel program (from the binary cache or
  * built) and CLBlast's tuning. Building every program here reports a build failure at
@@ -212,11 +222,7 @@ static relcl_status setup(relcl_context *ctx) {
     st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
   if (st == RELCL_OK)
     st = cpu_choice(ctx, "RELCL_CPU_GEMM", "relcl", "clblast", &ctx->gemm_cpu);
-  if (st == RELCL_OK && relcl__cpu_vec_env() < 0)
-    st = relcl__fail(RELCL_ERR_INVALID_ARG,
-                     "RELCL_CPU_VEC=%s: expected 4, 8 or 16 (unset: the device's native float "
-                     "vector width)",
-                     getenv("RELCL_CPU_VEC"));
+  if (st == RELCL_OK) st = cpu_vec_check();
   ctx->cpu_vec = relcl__cpu_vec(ctx->device);
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {
@@ -357,6 +363,7 @@ relcl_status relcl_finish(relcl_context *ctx) {
 
 relcl_status relcl_build_check(cl_platform_id platform, cl_device_id device) {
   relcl__clear_error();
+  if (cpu_vec_check() != RELCL_OK) return RELCL_ERR_INVALID_ARG;
   cl_int err;
   cl_context cl = clCreateContext(
       (cl_context_properties[]){CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0}, 1,
