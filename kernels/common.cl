@@ -241,27 +241,27 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
 #define RELCL_CLANG
 #endif
 
-/* Shuffles of two float16 by constant indices (0-15 the first, 16-31 the second): clang's
- * builtin where the compiler is clang, OpenCL's shuffle2 elsewhere. Both become one vector
- * permute each on PoCL; with shuffle2 Q K^T ran 5% slower (relcl-bench, two interleaved
- * pairs, Zen 5). */
+/* Shuffles of two floatN (N 8 or 16) by constant indices (0 to N-1 the first, N to 2N-1 the
+ * second): clang's builtin where the compiler is clang, OpenCL's shuffle2 elsewhere. Both
+ * become one vector permute each on PoCL; with shuffle2 Q K^T ran 5% slower (relcl-bench,
+ * two interleaved pairs, Zen 5). */
 #ifdef RELCL_CLANG
-#define RELCL_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#define RELCL_SHUFFLE(N, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
-#define RELCL_SHUFFLE(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
+#define RELCL_SHUFFLE(N, a, b, ...) shuffle2(a, b, (uint##N)(__VA_ARGS__))
 #endif
 
-/* One step of a 16 x 16 transpose in v[16]: in every pair of rows (r, r + S), r's bit S clear,
- * the entries in columns with bit S set in row r swap with those with it clear in row r + S.
- * After the steps for S = 8, 4, 2 and 1, (r, c) has gone to (c, r). Fully unrolled it must
- * be: written as a loop over all 16 rows with a test of bit S, the transpose gained nothing
- * over staging element by element. */
-#define T16_STEP(S, LO, HI)                                                                 \
-  _Pragma("unroll") for (int q = 0; q < 8; q++) {                                           \
+/* One step of an N x N transpose in v[N] (floatN rows): in every pair of rows (r, r + S), r's
+ * bit S clear, the entries in columns with bit S set in row r swap with those with it clear
+ * in row r + S. After the steps for S = N/2, ..., 2, 1, (r, c) has gone to (c, r). Fully
+ * unrolled it must be: written as a loop over all 16 rows with a test of bit S, the 16 x 16
+ * transpose gained nothing over staging element by element. */
+#define T_STEP(N, S, LO, HI)                                                                \
+  _Pragma("unroll") for (int q = 0; q < N / 2; q++) {                                       \
     const int r = q / S * 2 * S + q % S;                                                    \
-    const float16 x = v[r], y = v[r + S];                                                   \
-    v[r] = RELCL_SHUFFLE(x, y, LO);                                                         \
-    v[r + S] = RELCL_SHUFFLE(x, y, HI);                                                     \
+    const float##N x = v[r], y = v[r + S];                                                  \
+    v[r] = RELCL_SHUFFLE(N, x, y, LO);                                                      \
+    v[r + S] = RELCL_SHUFFLE(N, x, y, HI);                                                  \
   }
 #define T16_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
 #define T16_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
@@ -276,18 +276,6 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
  * floats a vector or fewer, where the 16 x 16 block's sixteen float16 (32 AVX2 registers)
  * spill: util.cl's transpose and gemm.cl's heads_transpose16 move a 16 x 16 block as four of
  * these there. */
-#ifdef RELCL_CLANG
-#define RELCL_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define RELCL_SHUFFLE8(a, b, ...) shuffle2(a, b, (uint8)(__VA_ARGS__))
-#endif
-#define T8_STEP(S, LO, HI)                                                                  \
-  _Pragma("unroll") for (int q = 0; q < 4; q++) {                                           \
-    const int r = q / S * 2 * S + q % S;                                                    \
-    const float8 x = v[r], y = v[r + S];                                                    \
-    v[r] = RELCL_SHUFFLE8(x, y, LO);                                                        \
-    v[r + S] = RELCL_SHUFFLE8(x, y, HI);                                                    \
-  }
 #define T8_LO4 0, 1, 2, 3, 8, 9, 10, 11
 #define T8_HI4 4, 5, 6, 7, 12, 13, 14, 15
 #define T8_LO2 0, 1, 8, 9, 4, 5, 12, 13
@@ -296,13 +284,12 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
 #define T8_HI1 1, 9, 3, 11, 5, 13, 7, 15
 #define RELCL_TRANSPOSE8(v)                                                                 \
   do {                                                                                      \
-    T8_STEP(4, T8_LO4, T8_HI4)                                                              \
-    T8_STEP(2, T8_LO2, T8_HI2)                                                              \
-    T8_STEP(1, T8_LO1, T8_HI1)                                                              \
+    T_STEP(8, 4, T8_LO4, T8_HI4)                                                            \
+    T_STEP(8, 2, T8_LO2, T8_HI2)                                                            \
+    T_STEP(8, 1, T8_LO1, T8_HI1)                                                            \
   } while (0)
 /* The 16 x 16 block at src (rows ld apart) transposed to dst (rows dst_ld apart), as four
- * 8 x 8 blocks; LOAD8(p) and STORE8(v, p) read and write 8 floats at p (dst may be local or
- * global memory: a macro, not a function) */
+ * 8 x 8 blocks (dst may be local or global memory: a macro, not a function) */
 #define RELCL_TRANSPOSE16_BY8(dst, dst_ld, src, ld)                                         \
   _Pragma("unroll") for (int quad = 0; quad < 4; quad++) {                                  \
     const int qr = quad / 2 * 8, qc = quad % 2 * 8;                                         \
@@ -316,8 +303,8 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
 /* v[16], rows of a 16 x 16 block, becomes its transpose (the four steps above) */
 #define RELCL_TRANSPOSE16(v)                                                                \
   do {                                                                                      \
-    T16_STEP(8, T16_LO8, T16_HI8)                                                           \
-    T16_STEP(4, T16_LO4, T16_HI4)                                                           \
-    T16_STEP(2, T16_LO2, T16_HI2)                                                           \
-    T16_STEP(1, T16_LO1, T16_HI1)                                                           \
+    T_STEP(16, 8, T16_LO8, T16_HI8)                                                         \
+    T_STEP(16, 4, T16_LO4, T16_HI4)                                                         \
+    T_STEP(16, 2, T16_LO2, T16_HI2)                                                         \
+    T_STEP(16, 1, T16_LO1, T16_HI1)                                                         \
   } while (0)
