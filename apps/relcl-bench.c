@@ -22,10 +22,12 @@
 
 #define PROG "relcl-bench"
 
-enum { MAX_VARIANTS = 12, MAX_REPS = 64 };
+enum { MAX_VARIANTS = 24, MAX_REPS = 64, MAX_COMPARE = 8, MAX_ENTRIES = 256 };
 
 typedef struct options {
   const char *device, *preset, *plot, *tuning_file;
+  const char *compare[MAX_COMPARE]; /* --compare VAR=VALUE: side B's environment */
+  int n_compare;
   int vocab, batch_tokens, length, k, reps, profile_reps, tuning_reps;
   int layers, d_model, heads, d_ff; /* 0: the preset's */
   int scaling_max, scaling_min;
@@ -36,6 +38,8 @@ typedef struct variant {
   char name[48];
   relcl_positions positions;
   int k, per_head, keys_only;
+  int side, base;      /* side 0 (A) or 1 (B, --compare); base: the side's absolute variant */
+  relcl_context *ctx;  /* the side's context */
   relcl_model *model;
   double sec[MAX_REPS]; /* timed steps without profiling */
   double med, lo, hi;   /* seconds per step */
@@ -101,6 +105,12 @@ static void usage(FILE *f) {
           "  --plot PREFIX        scaling plots PREFIX-time.png, PREFIX-memory.png\n"
           "                       (default relcl-bench-scaling; \"\" for none)\n"
           "  --no-scaling, --no-tuning, --no-peaks   skip a part\n"
+          "  --compare VAR=VALUE  A/B in one process: every variant also runs in a second\n"
+          "                       context (B) created with VAR=VALUE, interleaved with the\n"
+          "                       first (A), and the step, its parts and every kernel and GEMM\n"
+          "                       shape are compared (B time / A time); repeatable. VAR is one\n"
+          "                       of RELCL_KERNEL_DIR, RELCL_CPU_VEC, RELCL_CPU_GEMM,\n"
+          "                       RELCL_HEAD_GEMM, RELCL_ROW_KERNELS\n"
           "  --quick              a small, fast run of every part (the test suite's smoke run)\n"
           "  --json               print one JSON object instead of the tables\n");
 }
@@ -112,6 +122,45 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
   if (errno || end == s || *end || v < lo || v > hi) return false;
   *out = (int)v;
   return true;
+}
+
+/* The variables --compare may set: those a context reads once, when it is created, and keeps
+ * to itself. RELCL_TUNING is not one (CLBlast's parameters are process-wide), nor PoCL's own
+ * (read when the platform loads). */
+static const char *const compare_vars[] = {"RELCL_KERNEL_DIR", "RELCL_CPU_VEC", "RELCL_CPU_GEMM",
+                                           "RELCL_HEAD_GEMM", "RELCL_ROW_KERNELS"};
+enum { N_COMPARE_VARS = sizeof compare_vars / sizeof *compare_vars };
+
+/* The length of VAR in "VAR=VALUE" when VAR may be set by --compare, else 0. */
+static size_t compare_var_len(const char *s) {
+  const char *eq = strchr(s, '=');
+  if (!eq) return 0;
+  size_t n = (size_t)(eq - s);
+  for (int i = 0; i < N_COMPARE_VARS; i++)
+    if (strlen(compare_vars[i]) == n && strncmp(s, compare_vars[i], n) == 0) return n;
+  return 0;
+}
+
+static int parse_compare(const char *val, options *o) {
+  size_t n = val ? compare_var_len(val) : 0;
+  if (n == 0) {
+    fprintf(stderr,
+            PROG ": --compare needs VAR=VALUE with VAR one of RELCL_KERNEL_DIR, RELCL_CPU_VEC, "
+                 "RELCL_CPU_GEMM, RELCL_HEAD_GEMM, RELCL_ROW_KERNELS; got \"%s\"\n",
+            val ? val : "");
+    return 2;
+  }
+  for (int i = 0; i < o->n_compare; i++)
+    if (strncmp(o->compare[i], val, n + 1) == 0) {
+      fprintf(stderr, PROG ": --compare %.*s given twice\n", (int)n, val);
+      return 2;
+    }
+  if (o->n_compare == MAX_COMPARE) {
+    fprintf(stderr, PROG ": --compare given more than %d times\n", MAX_COMPARE);
+    return 2;
+  }
+  o->compare[o->n_compare++] = val;
+  return 0;
 }
 
 /* 0, 1 for --help, 2 after printing a usage error. */
@@ -159,6 +208,11 @@ static int parse_args(int argc, char **argv, options *o) {
         done = true;
       }
     if (done) continue;
+    if (strcmp(a, "--compare") == 0) {
+      if (parse_compare(val, o)) return 2;
+      i++;
+      continue;
+    }
     if (strcmp(a, "--variants") == 0)
       o->variants = true;
     else if (strcmp(a, "--json") == 0)
@@ -293,7 +347,10 @@ static void choose_setup(relcl_context *ctx, const options *o, setup *s) {
   s->cfg.dropout = 0.1f;
 }
 
-static int make_variants(relcl_context *ctx, const options *o, const setup *s, variant *v, int *n) {
+/* The variants of side A in ctx, and with ctx_b (--compare) the same again in ctx_b, named
+ * "... [B]". Each variant's decrease is taken against its own side's absolute model. */
+static int make_variants(relcl_context *ctx, relcl_context *ctx_b, const options *o,
+                         const setup *s, variant *v, int *n) {
   int k = s->cfg.max_rel;
   char name[48];
   add_variant(v, n, "absolute", RELCL_POS_ABSOLUTE, k, 0, 0);
@@ -312,13 +369,23 @@ static int make_variants(relcl_context *ctx, const options *o, const setup *s, v
       add_variant(v, n, name, RELCL_POS_RELATIVE, ks[i], 0, 0);
     }
   }
+  const int n_a = *n;
+  for (int i = 0; i < n_a; i++) v[i].ctx = ctx;
+  for (int i = 0; ctx_b && i < n_a; i++) { /* at most MAX_VARIANTS / 2 on side A */
+    variant *b = &v[(*n)++];
+    *b = v[i];
+    snprintf(b->name, sizeof b->name, "%.43s [B]", v[i].name);
+    b->side = 1;
+    b->base = n_a;
+    b->ctx = ctx_b;
+  }
   for (int i = 0; i < *n; i++) {
     relcl_model_config c = s->cfg;
     c.positions = v[i].positions;
     c.max_rel = v[i].k;
     c.rel_per_head = v[i].per_head;
     c.rel_keys_only = v[i].keys_only;
-    relcl_status st = relcl_model_create(ctx, &c, 1, &v[i].model);
+    relcl_status st = relcl_model_create(v[i].ctx, &c, 1, &v[i].model);
     if (st != RELCL_OK) {
       fprintf(stderr, PROG ": model \"%s\": %s: %s\n", v[i].name, relcl_status_str(st),
               relcl_last_error());
@@ -328,14 +395,47 @@ static int make_variants(relcl_context *ctx, const options *o, const setup *s, v
   return 0;
 }
 
+/* Side B's context (--compare): created with the VAR=VALUE pairs set, the environment restored
+ * after, so that nothing else in the process (side A, the tuning children) sees them. */
+static int create_side_b(const options *o, relcl_context **ctx_b) {
+  char *saved[MAX_COMPARE] = {0};
+  bool had[MAX_COMPARE] = {0};
+  char var[64];
+  int rc = 0;
+  for (int i = 0; i < o->n_compare; i++) {
+    size_t n = compare_var_len(o->compare[i]);
+    snprintf(var, sizeof var, "%.*s", (int)n, o->compare[i]);
+    const char *old = getenv(var);
+    had[i] = old != NULL;
+    saved[i] = old ? strdup(old) : NULL;
+    setenv(var, o->compare[i] + n + 1, 1);
+  }
+  relcl_status st = relcl_context_create(ctx_b, o->device);
+  if (st != RELCL_OK) {
+    fprintf(stderr, PROG ": --compare's context (B): %s: %s\n", relcl_status_str(st),
+            relcl_last_error());
+    rc = 1;
+  }
+  for (int i = 0; i < o->n_compare; i++) {
+    size_t n = compare_var_len(o->compare[i]);
+    snprintf(var, sizeof var, "%.*s", (int)n, o->compare[i]);
+    if (had[i] && saved[i])
+      setenv(var, saved[i], 1);
+    else
+      unsetenv(var);
+    free(saved[i]);
+  }
+  return rc;
+}
+
 /* Warm-up, then reps timed steps of every variant, interleaved. */
-static int time_steps(relcl_context *ctx, variant *v, int n, const relcl_model_batch *b, int reps) {
+static int time_steps(variant *v, int n, const relcl_model_batch *b, int reps) {
   relcl_status st = RELCL_OK;
-  for (int i = 0; i < n && st == RELCL_OK; i++) st = train_step(ctx, v[i].model, b, 1);
+  for (int i = 0; i < n && st == RELCL_OK; i++) st = train_step(v[i].ctx, v[i].model, b, 1);
   for (int r = 0; r < reps && st == RELCL_OK; r++)
     for (int i = 0; i < n && st == RELCL_OK; i++) {
       double t0 = bench_now();
-      st = train_step(ctx, v[i].model, b, (uint64_t)r + 2);
+      st = train_step(v[i].ctx, v[i].model, b, (uint64_t)r + 2);
       v[i].sec[r] = bench_now() - t0;
     }
   if (st != RELCL_OK) {
@@ -358,17 +458,20 @@ typedef struct entry_sum {
 } entry_sum;
 
 /* Profiled steps of every variant (interleaved), per-part device time per step; the entries
- * of variant `keep` (the relative model) are copied out for the limits table. */
-static int profile_steps(relcl_context *ctx, variant *v, int n, const relcl_model_batch *b,
-                         int reps, int keep, entry_sum *entries, int *n_entries) {
-  relcl_status st = relcl_profile_enable(ctx, 1);
-  for (int i = 0; i < n; i++) {
+ * of the variants keep[side] (each side's relative model) are copied out for the limits
+ * table (keep[1] < 0: no side B). */
+static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps,
+                         const int keep[2], entry_sum *entries[2], int n_entries[2]) {
+  relcl_status st = RELCL_OK;
+  for (int i = 0; i < n && st == RELCL_OK; i++) {
+    st = relcl_profile_enable(v[i].ctx, 1);
     v[i].prof_wall = v[i].busy = v[i].span = 0;
     memset(v[i].part, 0, sizeof v[i].part);
   }
-  *n_entries = 0;
+  n_entries[0] = n_entries[1] = 0;
   for (int r = 0; r < reps && st == RELCL_OK; r++)
     for (int i = 0; i < n && st == RELCL_OK; i++) {
+      relcl_context *ctx = v[i].ctx;
       relcl_profile_summary s;
       if ((st = relcl_profile_reset(ctx)) != RELCL_OK) break;
       double t0 = bench_now();
@@ -378,16 +481,17 @@ static int profile_steps(relcl_context *ctx, variant *v, int n, const relcl_mode
       v[i].busy += s.busy_ms * 1e-3 / reps;
       v[i].span += s.span_ms * 1e-3 / reps;
       for (int p = 0; p < RELCL_PART_COUNT; p++) v[i].part[p] += s.part_ms[p] * 1e-3 / reps;
-      if (i != keep || r != reps - 1) continue;
+      const int side = i == keep[0] ? 0 : i == keep[1] ? 1 : -1;
+      if (side < 0 || r != reps - 1) continue;
       int count = relcl_profile_count(ctx);
-      for (int j = 0; j < count && j < 256 && st == RELCL_OK; j++) {
-        entry_sum *e = &entries[(*n_entries)++];
+      for (int j = 0; j < count && j < MAX_ENTRIES && st == RELCL_OK; j++) {
+        entry_sum *e = &entries[side][n_entries[side]++];
         st = relcl_profile_entry_get(ctx, j, &e->e);
         snprintf(e->name, sizeof e->name, "%s", e->e.name);
         e->e.name = e->name;
       }
     }
-  if (st == RELCL_OK) st = relcl_profile_enable(ctx, 0);
+  for (int i = 0; i < n && st == RELCL_OK; i++) st = relcl_profile_enable(v[i].ctx, 0);
   if (st != RELCL_OK) {
     fprintf(stderr, PROG ": profiled step: %s: %s\n", relcl_status_str(st), relcl_last_error());
     return 1;
@@ -515,10 +619,47 @@ static void print_rates(const setup *s, const variant *v, int n, int reps) {
          "target tokens/s median (min..max)", "decrease");
   for (int i = 0; i < n; i++) {
     char dec[32] = "-";
-    if (i > 0) snprintf(dec, sizeof dec, "%.1f%%", 100.0 * (1.0 - v[0].med / v[i].med));
+    if (i != v[i].base)
+      snprintf(dec, sizeof dec, "%.1f%%", 100.0 * (1.0 - v[v[i].base].med / v[i].med));
     printf("%-22s %10.3f (%6.3f..%6.3f) %14.0f (%8.0f..%8.0f) %11s\n", v[i].name, 1.0 / v[i].med,
            1.0 / v[i].hi, 1.0 / v[i].lo, (double)s->tokens / v[i].med, (double)s->tokens / v[i].hi,
            (double)s->tokens / v[i].lo, dec);
+  }
+}
+
+/* --compare: side B against side A, variant by variant. Time ratios B / A (below 1: B is
+ * faster): of the median steps, of the steps timed next to each other (repetition r of both
+ * runs in the same round), and of the profiled device time. */
+typedef struct side_ratio {
+  double median, paired, paired_lo, paired_hi, device;
+} side_ratio;
+
+static side_ratio compare_sides(const variant *a, const variant *b, int reps) {
+  side_ratio x;
+  double p[MAX_REPS];
+  for (int r = 0; r < reps; r++) p[r] = b->sec[r] / a->sec[r];
+  bench_stats(p, reps, &x.paired, &x.paired_lo, &x.paired_hi);
+  x.median = b->med / a->med;
+  x.device = a->busy > 0 ? b->busy / a->busy : 0;
+  return x;
+}
+
+static void print_compare(const options *o, const variant *v, int n, int reps) {
+  printf("\nA against B: A as the environment gives, B in a second context with");
+  for (int i = 0; i < o->n_compare; i++) printf(" %s", o->compare[i]);
+  printf(
+      "; the same steps, interleaved in one process. Time B / A (below 1: B is faster): of "
+      "the medians, of the %d paired repetitions (median, min..max), of the profiled device "
+      "time\n",
+      reps);
+  printf("%-22s %10s %10s %8s %24s %8s\n", "variant", "A steps/s", "B steps/s", "medians",
+         "paired (min..max)", "device");
+  for (int i = 0; i < n; i++) {
+    if (v[i].side != 0) continue;
+    const variant *b = &v[i + v[n - 1].base]; /* side B's twin: B's variants follow A's */
+    side_ratio x = compare_sides(&v[i], b, reps);
+    printf("%-22s %10.3f %10.3f %8.3f %8.3f (%5.3f..%5.3f) %8.3f\n", v[i].name, 1.0 / v[i].med,
+           1.0 / b->med, x.median, x.paired, x.paired_lo, x.paired_hi, x.device);
   }
 }
 
@@ -528,11 +669,11 @@ static void print_breakdown(const variant *v, int n, int reps) {
       "steps each; events are read at relcl_finish, not waited for one by one)\n",
       reps);
   printf("%-20s", "part");
-  for (int i = 0; i < n; i++) printf(" %16.16s", v[i].name);
+  for (int i = 0; i < n; i++) printf(" %18.18s", v[i].name);
   printf("\n");
   for (int p = 0; p < RELCL_PART_COUNT; p++) {
     printf("%-20s", relcl_profile_part_name((relcl_profile_part)p));
-    for (int i = 0; i < n; i++) printf(" %16.1f", v[i].part[p] * 1e3);
+    for (int i = 0; i < n; i++) printf(" %18.1f", v[i].part[p] * 1e3);
     printf("\n");
   }
   const char *rows[] = {"device busy", "wall (profiled)", "host gap", "wall (no profiling)"};
@@ -543,7 +684,7 @@ static void print_breakdown(const variant *v, int n, int reps) {
                  : r == 1 ? v[i].prof_wall
                  : r == 2 ? v[i].prof_wall - v[i].busy
                           : v[i].med;
-      printf(" %16.1f", x * 1e3);
+      printf(" %18.1f", x * 1e3);
     }
     printf("\n");
   }
@@ -600,10 +741,18 @@ static bool entry_rate(const relcl_profile_entry *x, const traffic *t, const ben
   return true;
 }
 
-static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy,
-                         const traffic *t) {
+/* Side B's entry of the same kernel or shape as a (same name and part), or NULL. */
+static const entry_sum *twin_entry(const entry_sum *a, const entry_sum *b, int nb) {
+  for (int i = 0; i < nb; i++)
+    if (b[i].e.part == a->e.part && strcmp(b[i].name, a->name) == 0) return &b[i];
+  return NULL;
+}
+
+static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry_sum *eb,
+                         int nb, double busy, const traffic *t) {
   qsort(e, (size_t)n, sizeof *e, by_ms);
   for (int i = 0; i < n; i++) e[i].e.name = e[i].name; /* the sort moved the names */
+  const bool b = eb != NULL;
   printf(
       "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s (float%d), SGEMM %dx%dx%d %.1f "
       "GFLOP/s (relcl's GEMM as a step runs it: gemm_cpu on a CPU, CLBlast as tuned "
@@ -612,9 +761,11 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy
       pk->sgemm_gflops);
   printf("relative model, one step: kernels and GEMM shapes by device time; GEMMs in GFLOP/s "
          "(of the FMA peak, of the SGEMM), kernels in GB/s of the least traffic they need (of "
-         "the copy bandwidth)\n");
-  printf("%8s %6s %6s %12s %7s %7s  %-18s %s\n", "ms", "share", "calls", "rate", "%peak",
-         "%SGEMM", "part", "name");
+         "the copy bandwidth)%s\n",
+         b ? "; side B's time and B / A (the limits and rates are side A's)" : "");
+  printf("%8s %6s %6s %12s %7s %7s  ", "ms", "share", "calls", "rate", "%peak", "%SGEMM");
+  if (b) printf("%8s %6s  ", "B ms", "B/A");
+  printf("%-18s %s\n", "part", "name");
   for (int i = 0; i < n; i++) {
     const relcl_profile_entry *x = &e[i].e;
     char rs[24] = "", pf[16] = "", ps[16] = "";
@@ -625,13 +776,25 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, double busy
       snprintf(pf, sizeof pf, "%.0f%%", 100 * frac);
       if (gemm) snprintf(ps, sizeof ps, "%.0f%%", 100 * rate / pk->sgemm_gflops);
     }
-    printf("%8.2f %5.1f%% %6ld %12s %7s %7s  %-18s %s\n", x->ms, 100 * x->ms / (busy * 1e3),
-           x->calls, rs, pf, ps, relcl_profile_part_name(x->part), x->name);
+    printf("%8.2f %5.1f%% %6ld %12s %7s %7s  ", x->ms, 100 * x->ms / (busy * 1e3), x->calls, rs,
+           pf, ps);
+    if (b) {
+      const entry_sum *y = twin_entry(&e[i], eb, nb);
+      if (y && x->ms > 0)
+        printf("%8.2f %6.3f  ", y->e.ms, y->e.ms / x->ms);
+      else
+        printf("%8s %6s  ", "-", "-");
+    }
+    printf("%-18s %s\n", relcl_profile_part_name(x->part), x->name);
   }
+  for (int i = 0; b && i < nb; i++) /* what only side B ran */
+    if (!twin_entry(&eb[i], e, n))
+      printf("%8s %6s %6ld %12s %7s %7s  %8.2f %6s  %-18s %s\n", "-", "", eb[i].e.calls, "", "",
+             "", eb[i].e.ms, "-", relcl_profile_part_name(eb[i].e.part), eb[i].name);
 }
 
 static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, int n,
-                        const traffic *t) {
+                        const entry_sum *eb, int nb, const traffic *t) {
   cJSON *l = cJSON_AddObjectToObject(out, "limits");
   cJSON_AddNumberToObject(l, "copy_gb_per_s", pk->copy_gbs);
   cJSON_AddNumberToObject(l, "fma_gflop_per_s", pk->fma_gflops);
@@ -658,6 +821,45 @@ static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, i
         cJSON_AddNumberToObject(j, "fraction_of_copy_peak", frac);
       }
     }
+    const entry_sum *y = eb ? twin_entry(&e[i], eb, nb) : NULL;
+    if (y) {
+      cJSON_AddNumberToObject(j, "ms_b", y->e.ms);
+      if (x->ms > 0) cJSON_AddNumberToObject(j, "time_ratio_b_over_a", y->e.ms / x->ms);
+    }
+    cJSON_AddItemToArray(a, j);
+  }
+  if (!eb) return;
+  a = cJSON_AddArrayToObject(l, "relative_step_entries_b_only");
+  for (int i = 0; i < nb; i++)
+    if (!twin_entry(&eb[i], e, n)) {
+      cJSON *j = cJSON_CreateObject();
+      cJSON_AddStringToObject(j, "name", eb[i].name);
+      cJSON_AddStringToObject(j, "part", relcl_profile_part_name(eb[i].e.part));
+      cJSON_AddNumberToObject(j, "ms", eb[i].e.ms);
+      cJSON_AddNumberToObject(j, "calls", (double)eb[i].e.calls);
+      cJSON_AddItemToArray(a, j);
+    }
+}
+
+static void json_compare(cJSON *out, const options *o, const variant *v, int n, int reps) {
+  cJSON *c = cJSON_AddObjectToObject(out, "compare");
+  cJSON *env = cJSON_AddArrayToObject(c, "b_environment");
+  for (int i = 0; i < o->n_compare; i++)
+    cJSON_AddItemToArray(env, cJSON_CreateString(o->compare[i]));
+  cJSON *a = cJSON_AddArrayToObject(c, "variants");
+  for (int i = 0; i < n; i++) {
+    if (v[i].side != 0) continue;
+    const variant *b = &v[i + v[n - 1].base];
+    side_ratio x = compare_sides(&v[i], b, reps);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", v[i].name);
+    cJSON_AddNumberToObject(j, "a_steps_per_s", 1.0 / v[i].med);
+    cJSON_AddNumberToObject(j, "b_steps_per_s", 1.0 / b->med);
+    cJSON_AddNumberToObject(j, "time_ratio_medians", x.median);
+    cJSON_AddNumberToObject(j, "time_ratio_paired_median", x.paired);
+    cJSON_AddNumberToObject(j, "time_ratio_paired_min", x.paired_lo);
+    cJSON_AddNumberToObject(j, "time_ratio_paired_max", x.paired_hi);
+    cJSON_AddNumberToObject(j, "time_ratio_device", x.device);
     cJSON_AddItemToArray(a, j);
   }
 }
@@ -674,6 +876,7 @@ static void json_variants(cJSON *out, const setup *s, const variant *v, int n, i
     cJSON_AddNumberToObject(j, "k", v[i].k);
     cJSON_AddBoolToObject(j, "per_head", v[i].per_head);
     cJSON_AddBoolToObject(j, "keys_only", v[i].keys_only);
+    cJSON_AddStringToObject(j, "side", v[i].side ? "B" : "A");
     double sps[MAX_REPS];
     for (int r = 0; r < reps; r++) sps[r] = 1.0 / v[i].sec[r];
     bench_json_array(j, "steps_per_s_runs", sps, reps);
@@ -683,7 +886,8 @@ static void json_variants(cJSON *out, const setup *s, const variant *v, int n, i
     cJSON_AddNumberToObject(j, "target_tokens_per_s", (double)s->tokens / v[i].med);
     cJSON_AddNumberToObject(j, "target_tokens_per_s_min", (double)s->tokens / v[i].hi);
     cJSON_AddNumberToObject(j, "target_tokens_per_s_max", (double)s->tokens / v[i].lo);
-    cJSON_AddNumberToObject(j, "decrease_percent", 100.0 * (1.0 - v[0].med / v[i].med));
+    cJSON_AddNumberToObject(j, "decrease_percent",
+                            100.0 * (1.0 - v[v[i].base].med / v[i].med));
     cJSON *b = cJSON_AddObjectToObject(j, "breakdown_ms");
     for (int p = 0; p < RELCL_PART_COUNT; p++)
       cJSON_AddNumberToObject(b, relcl_profile_part_name((relcl_profile_part)p),
@@ -706,6 +910,7 @@ static int tuning_child(relcl_context *ctx, const options *o) {
   memset(v, 0, sizeof v);
   int n = 0;
   add_variant(v, &n, "relative", RELCL_POS_RELATIVE, s.cfg.max_rel, 0, 0);
+  v[0].ctx = ctx;
   batch_data bd = {0};
   int rc = 1;
   relcl_model_config c = s.cfg;
@@ -716,7 +921,7 @@ static int tuning_child(relcl_context *ctx, const options *o) {
     goto done;
   }
   if (batch_make(&bd, s.sentences, (int)(s.tokens / (size_t)s.sentences), c.vocab) ||
-      time_steps(ctx, v, 1, &bd.view, reps))
+      time_steps(v, 1, &bd.view, reps))
     goto done;
   printf("{\"tuning\": \"%s\", \"seconds_per_step\": %.6f}\n", relcl_context_tuning(ctx), v[0].med);
   rc = 0;
@@ -735,12 +940,13 @@ int main(int argc, char **argv) {
   if (!o.tuning_reps) o.tuning_reps = o.quick ? 1 : 2;
   if (!o.plot) o.plot = "relcl-bench-scaling";
 
-  relcl_context *ctx = NULL;
+  relcl_context *ctx = NULL, *ctx_b = NULL;
   variant v[MAX_VARIANTS];
   int nv = 0, rc = 1;
   batch_data bd = {0};
   cJSON *out = cJSON_CreateObject();
-  entry_sum *entries = calloc(256, sizeof *entries);
+  entry_sum *entries[2] = {calloc(MAX_ENTRIES, sizeof(entry_sum)),
+                           calloc(MAX_ENTRIES, sizeof(entry_sum))};
   relcl_status st = relcl_context_create(&ctx, o.device);
   if (st != RELCL_OK) {
     fprintf(stderr, PROG ": %s: %s\n", relcl_status_str(st), relcl_last_error());
@@ -750,7 +956,7 @@ int main(int argc, char **argv) {
     rc = tuning_child(ctx, &o);
     goto done;
   }
-  if (!entries) goto done;
+  if (!entries[0] || !entries[1] || (o.n_compare && create_side_b(&o, &ctx_b))) goto done;
   setup s;
   choose_setup(ctx, &o, &s);
   if (!o.reps) o.reps = o.quick ? 2 : s.gpu ? 20 : 5;
@@ -780,16 +986,27 @@ int main(int argc, char **argv) {
         "(synthetic, fixed lengths)\n",
         s.sentences, len, len, s.tokens);
     printf("CLBlast tuning: %s; load average %.2f\n", relcl_context_tuning(ctx), load0);
+    if (ctx_b) {
+      printf("compared: side A as the environment gives, side B (\"[B]\") with");
+      for (int i = 0; i < o.n_compare; i++) printf(" %s", o.compare[i]);
+      printf(", every variant on both sides interleaved in one process\n");
+    }
     fflush(stdout);
   }
   if (batch_make(&bd, s.sentences, len, s.cfg.vocab)) goto done;
-  if (make_variants(ctx, &o, &s, v, &nv)) goto done;
-  if (time_steps(ctx, v, nv, &bd.view, o.reps)) goto done;
+  if (make_variants(ctx, ctx_b, &o, &s, v, &nv)) goto done;
+  if (time_steps(v, nv, &bd.view, o.reps)) goto done;
   if (!o.json) print_rates(&s, v, nv, o.reps), fflush(stdout);
 
-  int n_entries = 0;
-  if (profile_steps(ctx, v, nv, &bd.view, o.profile_reps, 1, entries, &n_entries)) goto done;
+  /* the relative model of each side: variant 1, and its twin on side B */
+  const int keep[2] = {1, ctx_b ? 1 + v[nv - 1].base : -1};
+  int n_entries[2] = {0, 0};
+  if (profile_steps(v, nv, &bd.view, o.profile_reps, keep, entries, n_entries)) goto done;
   if (!o.json) print_breakdown(v, nv, o.profile_reps), fflush(stdout);
+  if (ctx_b) {
+    if (!o.json) print_compare(&o, v, nv, o.reps), fflush(stdout);
+    json_compare(out, &o, v, nv, o.reps);
+  }
   cJSON_AddNumberToObject(out, "absolute_steps_per_s", 1.0 / v[0].med);
   cJSON_AddNumberToObject(out, "relative_steps_per_s", 1.0 / v[1].med);
   cJSON_AddNumberToObject(out, "overhead_percent", 100.0 * (1.0 - v[0].med / v[1].med));
@@ -822,8 +1039,11 @@ int main(int argc, char **argv) {
   if (!o.no_peaks) {
     bench_peaks pk = {0};
     if (bench_peaks_measure(ctx, o.quick, &pk)) goto done;
-    if (!o.json) print_limits(&pk, entries, n_entries, v[1].busy, &traf), fflush(stdout);
-    json_limits(out, &pk, entries, n_entries, &traf);
+    const entry_sum *eb = ctx_b ? entries[1] : NULL;
+    if (!o.json)
+      print_limits(&pk, entries[0], n_entries[0], eb, n_entries[1], v[1].busy, &traf),
+          fflush(stdout);
+    json_limits(out, &pk, entries[0], n_entries[0], eb, n_entries[1], &traf);
   }
   if (!o.no_scaling) {
     bench_scaling_opts so = {.n_min = 32,
@@ -858,8 +1078,10 @@ int main(int argc, char **argv) {
 done:
   for (int i = 0; i < nv; i++) relcl_model_destroy(v[i].model);
   batch_free(&bd);
-  free(entries);
+  free(entries[0]);
+  free(entries[1]);
   cJSON_Delete(out);
+  relcl_context_destroy(ctx_b);
   relcl_context_destroy(ctx);
   return rc;
 }

@@ -3,7 +3,9 @@
 (the machine is shared and noisy); what is checked is that every part ran and that its
 figures are consistent with one another: rates positive, the overhead computed from the two
 rates, the breakdown's parts adding up to the device time, relative GEMMs only where there
-are relative positions, the scaling sweep's lengths and its PNG plots, bad flags refused.
+are relative positions, the scaling sweep's lengths and its PNG plots, bad flags refused;
+--compare's second side (the same kernels from a copy: every entry has its twin; ratios
+computed from the sides' own figures; a bad B environment named).
 
 usage: test_bench.py PATH/TO/relcl-bench
 Prints one line per check and ends with "N passed, M failed".
@@ -11,6 +13,7 @@ Prints one line per check and ends with "N passed, M failed".
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -110,7 +113,79 @@ def main():
                   "%s: exit 2 with one line naming it" % " ".join(args),
                   "exit %d: %r" % (r.returncode, r.stderr))
         r = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=60)
-        check(r.returncode == 0 and "--quick" in r.stdout, "--help")
+        check(r.returncode == 0 and "--quick" in r.stdout and "--compare" in r.stdout, "--help")
+        check_compare(bench, tmp)
+
+
+def check_compare(bench, tmp):
+    """--compare: side B in a second context. With RELCL_KERNEL_DIR at a copy of the kernels
+    B runs the same kernels as A, so every kernel and shape of A's step has a twin in B's."""
+    kdir = os.path.join(tmp, "kernels-b")
+    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels"), kdir)
+    r = subprocess.run([bench, "--quick", "--json", "--no-scaling", "--no-tuning",
+                        "--compare", "RELCL_KERNEL_DIR=" + kdir], cwd=tmp,
+                       capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0, "--compare RELCL_KERNEL_DIR=copy exits 0", r.stderr[-2000:])
+    try:
+        out = json.loads(r.stdout)
+    except ValueError as e:
+        check(False, "--compare --json prints one JSON object", "%s: %r" % (e, r.stdout[:500]))
+        return
+    v = out["variants"]
+    check([(x["positions"], x["side"]) for x in v] ==
+          [("absolute", "A"), ("relative", "A"), ("absolute", "B"), ("relative", "B")] and
+          v[2]["name"] == v[0]["name"] + " [B]" and v[3]["name"] == v[1]["name"] + " [B]",
+          "--compare: the two variants again on side B, named [B]",
+          str([(x["name"], x["side"]) for x in v]))
+    check(close(v[3]["decrease_percent"], 100 * (1 - v[3]["steps_per_s"] / v[2]["steps_per_s"]), 1e-6)
+          and close(v[1]["decrease_percent"], 100 * (1 - v[1]["steps_per_s"] / v[0]["steps_per_s"]), 1e-6)
+          and v[2]["decrease_percent"] == 0,
+          "each side's decrease is against its own absolute model")
+    c = out.get("compare", {})
+    check(c.get("b_environment") == ["RELCL_KERNEL_DIR=" + kdir], "compare names B's environment",
+          str(c.get("b_environment")))
+    cv = c.get("variants", [])
+    ok = len(cv) == 2
+    for i, x in enumerate(cv):
+        a, b = v[i], v[i + 2]
+        ok = ok and x["name"] == a["name"] and close(x["a_steps_per_s"], a["steps_per_s"], 1e-9) \
+            and close(x["b_steps_per_s"], b["steps_per_s"], 1e-9) \
+            and close(x["time_ratio_medians"], a["steps_per_s"] / b["steps_per_s"], 1e-6) \
+            and x["time_ratio_paired_min"] <= x["time_ratio_paired_median"] <= x["time_ratio_paired_max"] \
+            and close(x["time_ratio_device"], b["device_busy_ms"] / a["device_busy_ms"], 1e-6)
+        # the paired ratios are of steps timed in the same round: their median lies within
+        # the ratios of the runs' extremes
+        lo = b["steps_per_s_max"] ** -1 / a["steps_per_s_min"] ** -1
+        hi = b["steps_per_s_min"] ** -1 / a["steps_per_s_max"] ** -1
+        ok = ok and lo * (1 - 1e-9) <= x["time_ratio_paired_median"] <= hi * (1 + 1e-9)
+    check(ok, "compare: A and B steps/s are the variants', time ratios B / A from them", str(cv))
+    ent = out["limits"]["relative_step_entries"]
+    twins = [e for e in ent if "ms_b" in e]
+    check(len(ent) > 10 and len(twins) == len(ent) and out["limits"]["relative_step_entries_b_only"] == []
+          and all(e["ms_b"] > 0 and close(e["time_ratio_b_over_a"], e["ms_b"] / e["ms"], 1e-6)
+                  for e in twins),
+          "same kernels: every one of A's %d kernels and shapes has B's time beside it" % len(ent),
+          "%d of %d matched, B only: %s" % (len(twins), len(ent),
+                                            out["limits"].get("relative_step_entries_b_only")))
+
+    # B's context is created with B's environment: a bad value fails there, naming it
+    for env, name in (("RELCL_CPU_VEC=5", "RELCL_CPU_VEC"),
+                      ("RELCL_KERNEL_DIR=" + os.path.join(tmp, "no-such-dir"), "no-such-dir")):
+        r = subprocess.run([bench, "--quick", "--no-scaling", "--no-tuning", "--no-peaks",
+                            "--compare", env], cwd=tmp, capture_output=True, text=True, timeout=300)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1 and name in lines[0] and "(B)" in lines[0],
+              "--compare %s: exit 1, one line naming it and side B" % env.split("=")[0],
+              "exit %d: %r" % (r.returncode, r.stderr))
+    # usage errors: exit 2, one line naming --compare
+    for args in (["--compare"], ["--compare", "RELCL_CPU_VEC"], ["--compare", "RELCL_TUNING=off"],
+                 ["--compare", "POCL_DEBUG=1"],
+                 ["--compare", "RELCL_CPU_VEC=4", "--compare", "RELCL_CPU_VEC=8"]):
+        r = subprocess.run([bench] + args, cwd=tmp, capture_output=True, text=True, timeout=60)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 2 and len(lines) == 1 and "--compare" in lines[0],
+              "%s: exit 2 with one line naming --compare" % " ".join(args),
+              "exit %d: %r" % (r.returncode, r.stderr))
 
 
 if __name__ == "__main__":
