@@ -5,8 +5,9 @@
  *
  * Every variant trains the same model on the same synthetic batches (fixed lengths, so only
  * the positions differ): one step is zero-grad, forward + backward, Adam, and relcl_finish.
- * Variants are timed interleaved (A R A R ...) after a warm-up step each, so that machine
- * noise hits every variant alike. */
+ * Variants are timed interleaved after a warm-up step each, in rounds whose order turns
+ * around every other round (A R, R A, A R, ...), so that machine noise and drift hit every
+ * variant alike and none always runs first. */
 #include "bench.h"
 #include "relcl_model.h"
 
@@ -428,12 +429,16 @@ static int create_side_b(const options *o, relcl_context **ctx_b) {
   return rc;
 }
 
-/* Warm-up, then reps timed steps of every variant, interleaved. */
+/* Variant number j of round r: the order turns around every other round. */
+static int in_round(int r, int j, int n) { return r % 2 ? n - 1 - j : j; }
+
+/* Warm-up, then reps timed steps of every variant, interleaved (in_round). */
 static int time_steps(variant *v, int n, const relcl_model_batch *b, int reps) {
   relcl_status st = RELCL_OK;
   for (int i = 0; i < n && st == RELCL_OK; i++) st = train_step(v[i].ctx, v[i].model, b, 1);
   for (int r = 0; r < reps && st == RELCL_OK; r++)
-    for (int i = 0; i < n && st == RELCL_OK; i++) {
+    for (int j = 0; j < n && st == RELCL_OK; j++) {
+      const int i = in_round(r, j, n);
       double t0 = bench_now();
       st = train_step(v[i].ctx, v[i].model, b, (uint64_t)r + 2);
       v[i].sec[r] = bench_now() - t0;
@@ -457,9 +462,25 @@ typedef struct entry_sum {
   char name[96];
 } entry_sum;
 
-/* Profiled steps of every variant (interleaved), per-part device time per step; the entries
- * of the variants keep[side] (each side's relative model) are copied out for the limits
- * table (keep[1] < 0: no side B). */
+/* Add entry x (one step's) to the table e of n, matched by name and part: the table sums the
+ * profiled steps. */
+static void entry_add(entry_sum *e, int *n, const relcl_profile_entry *x) {
+  for (int i = 0; i < *n; i++)
+    if (e[i].e.part == x->part && strcmp(e[i].name, x->name) == 0) {
+      e[i].e.ms += x->ms;
+      e[i].e.calls += x->calls;
+      return;
+    }
+  if (*n == MAX_ENTRIES) return;
+  entry_sum *y = &e[(*n)++];
+  y->e = *x;
+  snprintf(y->name, sizeof y->name, "%s", x->name);
+  y->e.name = y->name;
+}
+
+/* Profiled steps of every variant (interleaved as time_steps does), per-part device time per
+ * step; the entries of the variants keep[side] (each side's relative model), averaged over
+ * the profiled steps, are kept for the limits table (keep[1] < 0: no side B). */
 static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps,
                          const int keep[2], entry_sum *entries[2], int n_entries[2]) {
   relcl_status st = RELCL_OK;
@@ -470,7 +491,8 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
   }
   n_entries[0] = n_entries[1] = 0;
   for (int r = 0; r < reps && st == RELCL_OK; r++)
-    for (int i = 0; i < n && st == RELCL_OK; i++) {
+    for (int j = 0; j < n && st == RELCL_OK; j++) {
+      const int i = in_round(r, j, n);
       relcl_context *ctx = v[i].ctx;
       relcl_profile_summary s;
       if ((st = relcl_profile_reset(ctx)) != RELCL_OK) break;
@@ -482,14 +504,18 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
       v[i].span += s.span_ms * 1e-3 / reps;
       for (int p = 0; p < RELCL_PART_COUNT; p++) v[i].part[p] += s.part_ms[p] * 1e-3 / reps;
       const int side = i == keep[0] ? 0 : i == keep[1] ? 1 : -1;
-      if (side < 0 || r != reps - 1) continue;
+      if (side < 0) continue;
       int count = relcl_profile_count(ctx);
-      for (int j = 0; j < count && j < MAX_ENTRIES && st == RELCL_OK; j++) {
-        entry_sum *e = &entries[side][n_entries[side]++];
-        st = relcl_profile_entry_get(ctx, j, &e->e);
-        snprintf(e->name, sizeof e->name, "%s", e->e.name);
-        e->e.name = e->name;
+      for (int q = 0; q < count && st == RELCL_OK; q++) {
+        relcl_profile_entry x;
+        if ((st = relcl_profile_entry_get(ctx, q, &x)) == RELCL_OK)
+          entry_add(entries[side], &n_entries[side], &x);
       }
+    }
+  for (int side = 0; side < 2; side++) /* per step */
+    for (int q = 0; q < n_entries[side]; q++) {
+      entries[side][q].e.ms /= reps;
+      entries[side][q].e.calls /= reps;
     }
   for (int i = 0; i < n && st == RELCL_OK; i++) st = relcl_profile_enable(v[i].ctx, 0);
   if (st != RELCL_OK) {
@@ -613,7 +639,8 @@ static int tuning_compare(const options *o, const char *applied, bool quiet, cJS
 static void print_rates(const setup *s, const variant *v, int n, int reps) {
   printf(
       "\nstep rate: one step = zero-grad + forward + backward + Adam + relcl_finish; %d "
-      "timed steps per variant, interleaved, after one warm-up step each\n",
+      "timed steps per variant, interleaved (the order turned around every other round), after "
+      "one warm-up step each\n",
       reps);
   printf("%-22s %28s %34s %11s\n", "variant", "steps/s median (min..max)",
          "target tokens/s median (min..max)", "decrease");
@@ -759,7 +786,8 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
       "elsewhere)\n",
       pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n,
       pk->sgemm_gflops);
-  printf("relative model, one step: kernels and GEMM shapes by device time; GEMMs in GFLOP/s "
+  printf("relative model, a step (the mean of the profiled steps): kernels and GEMM shapes by "
+         "device time; GEMMs in GFLOP/s "
          "(of the FMA peak, of the SGEMM), kernels in GB/s of the least traffic they need (of "
          "the copy bandwidth)%s\n",
          b ? "; side B's time and B / A (the limits and rates are side A's)" : "");

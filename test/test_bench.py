@@ -123,7 +123,7 @@ def check_compare(bench, tmp):
     kdir = os.path.join(tmp, "kernels-b")
     shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels"), kdir)
     r = subprocess.run([bench, "--quick", "--json", "--no-scaling", "--no-tuning",
-                        "--compare", "RELCL_KERNEL_DIR=" + kdir], cwd=tmp,
+                        "--profile-reps", "2", "--compare", "RELCL_KERNEL_DIR=" + kdir], cwd=tmp,
                        capture_output=True, text=True, timeout=600)
     check(r.returncode == 0, "--compare RELCL_KERNEL_DIR=copy exits 0", r.stderr[-2000:])
     try:
@@ -167,6 +167,15 @@ def check_compare(bench, tmp):
           "same kernels: every one of A's %d kernels and shapes has B's time beside it" % len(ent),
           "%d of %d matched, B only: %s" % (len(twins), len(ent),
                                             out["limits"].get("relative_step_entries_b_only")))
+    # the table is the mean of the profiled steps: each side's entries add up to its relative
+    # model's device time per step
+    sum_a = sum(e["ms"] for e in ent)
+    sum_b = sum(e.get("ms_b", 0) for e in ent) + \
+        sum(e["ms"] for e in out["limits"]["relative_step_entries_b_only"])
+    check(close(sum_a, v[1]["device_busy_ms"], 1e-6) and close(sum_b, v[3]["device_busy_ms"], 1e-6),
+          "over 2 profiled steps, each side's entries add up to its device time per step "
+          "(A %.2f of %.2f ms, B %.2f of %.2f)" % (sum_a, v[1]["device_busy_ms"], sum_b,
+                                                   v[3]["device_busy_ms"]))
 
     # B's context is created with B's environment: a bad value fails there, naming it
     for env, name in (("RELCL_CPU_VEC=5", "RELCL_CPU_VEC"),
