@@ -693,7 +693,7 @@ static long indirect_switch(relcl_context *ctx) {
 
 /* CLBlast accepts parameter sets whose kernels compute wrong products: on the Zen 1 EPYC
  * under PoCL, GEMMK 1 with KREG 1 and VWN 8 (3.5 times faster than the right sets) and
- * GEMMK 1 with NWG 16, KREG 4 and VWN 4 (README "The large products against OpenBLAS").
+ * GEMMK 1 with NWG 16, KREG 4 and VWN 4 (docs/speed.md, "The large products against OpenBLAS").
  * So a set counts only after the products of a linear layer's forward and backward (x W^T,
  * dy W, dy^T x: CLBlast's three layouts as relcl calls them) match a sum in double: once
  * large, for the indirect kernel, with sizes off its tiles and an inner dimension that

@@ -13,8 +13,9 @@
  *
  * The shape is a CPU's: PoCL runs a work-group as a loop over its work-items, and LLVM turns
  * explicit vectors into SIMD registers; CLBlast's kernels, written for GPUs, ran the same
- * products at a quarter to a half of these (README "One product on a CPU", "Per-head products
- * on a CPU"). Each element of C is one sum in a fixed order (CPU_MAD), the same on every run. */
+ * products at a quarter to a half of these (docs/speed.md, "One product on a CPU",
+ * "Per-head products on a CPU"). Each element of C is one sum in a fixed order (CPU_MAD), the
+ * same on every run. */
 
 /* A request that the cache line at p be fetched, for a read (w 0) or a write (w 1): clang's
  * builtin (a prefetch instruction on a CPU) where the host asks for it (RELCL_POCL, a

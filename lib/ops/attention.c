@@ -121,7 +121,8 @@ static relcl_status check_inputs(const plan *p, const relcl_attn_desc *desc, rel
  * (the table's stride 0), per-head tables as one call per sequence over its heads (the
  * tables' stride). An entry of R x nq x d is below CLBlast's switch to its indirect kernel,
  * so CLBlast runs its direct kernel, which pads nothing; as one product over all rows, the
- * indirect kernel padded R (17 or 33) and d (64) to its tiles (README, "What is left"). */
+ * indirect kernel padded R (17 or 33) and d (64) to its tiles (docs/speed.md, "What is
+ * left"). */
 typedef struct entries {
   size_t calls, batch, w_stride;
 } entries;
@@ -134,8 +135,8 @@ static entries label_entries(const plan *p, bool per_head) {
  * label-major: the value of row bh * nq + i and label column c at bh * gather_block(p) +
  * c * gather_label(p) + i. So the GEMM's short side (R labels) is its M, which CLBlast's
  * indirect kernel padded to MWG (32 on CPUs) rather than N to NWG (128) when this was one
- * product over all rows: 1.5 to 2 times faster on PoCL (README "What is left"); the direct
- * kernel that runs the entries now reads either way. The row kernels read it at those
+ * product over all rows: 1.5 to 2 times faster on PoCL (docs/speed.md, "What is left");
+ * the direct kernel that runs the entries now reads either way. The row kernels read it at those
  * strides. */
 static size_t gather_block(const plan *p, bool per_head) {
   return per_head ? p->nq * (size_t)p->R : p->nq;
@@ -174,7 +175,7 @@ static relcl__args label_args(relcl__kernel_entry *k, const plan *p, relcl_buf i
  * kernels of sessions 12 to 19 (relcl-bench's issue-8 step, Zen 5: 16000x33x64 4.6 -> 1.8-2.1
  * ms a step, 16000x64x33 2.4 -> 1.5-1.8). Elsewhere relcl's kernels (kernels/attention.cl
  * labels_shared, add_labels_shared) run them, an output a work-item: as CLBlast's batched
- * direct kernel over the B H entries they ran at 11 to 16 GFLOP/s on PoCL (README, "What is
+ * direct kernel over the B H entries they ran at 11 to 16 GFLOP/s on PoCL (docs/speed.md, "What is
  * left"). */
 static relcl_status labels_shared(relcl_context *ctx, const plan *p, relcl_buf X, relcl_buf win,
                                   relcl_buf out) {

@@ -166,8 +166,8 @@ static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf b, size_t l
  * called this way round it transposes neither C nor, for a weight gradient (A^T B), either
  * operand, and reads in place every operand at offset 0 whose sizes are multiples of its
  * tiles. On Zen 1 with the shipped tuning that ran fifteen of the largest products of the
- * issue-8 step 11% faster than row-major (README, "What is left"). The operands it would
- * still transpose, relcl may transpose first (own_transpose). */
+ * issue-8 step 11% faster than row-major (docs/speed.md, "What is left"). The operands it
+ * would still transpose, relcl may transpose first (own_transpose). */
 static relcl_status one_call(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                              size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                              relcl_buf b, size_t ldb, float beta, relcl_buf c, size_t ldc,
@@ -338,7 +338,7 @@ static size_t narrow_chunk(const relcl_context *ctx, bool trans_a, bool trans_b,
  * relcl's gemm_cpu or gemm_cpu_batch (kernels/gemm.cl): B transposed goes through a
  * transposed copy first (the kernel reads B's rows), op(A) is read in place either way.
  * CLBlast's Xgemm, tuned, ran the issue-8 model's products at 90-120 GFLOP/s on the Zen 5
- * EPYC through PoCL, this kernel at 250-530 (README "One product on a CPU"). */
+ * EPYC through PoCL, this kernel at 250-530 (docs/speed.md, "One product on a CPU"). */
 static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, size_t m,
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
