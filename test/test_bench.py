@@ -35,19 +35,35 @@ def close(a, b, rel):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
 
 
+def run_json(bench, args, tmp, what):
+    """relcl-bench ARGS --json: exit 0 and one JSON object, else None"""
+    r = subprocess.run([bench] + args, cwd=tmp, capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0, "%s exits 0" % what, r.stderr[-2000:])
+    try:
+        out = json.loads(r.stdout)
+    except ValueError as e:
+        check(False, "%s prints one JSON object" % what, "%s: %r" % (e, r.stdout[:500]))
+        return None
+    check(True, "%s prints one JSON object" % what)
+    return out
+
+
+def check_one_line(bench, args, tmp, code, name):
+    """relcl-bench ARGS fails with exit status CODE and one line that names NAME"""
+    r = subprocess.run([bench] + args, cwd=tmp, capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == code and len(lines) == 1 and name in lines[0],
+          "%s: exit %d with one line naming %s" % (" ".join(args), code, name),
+          "exit %d: %r" % (r.returncode, r.stderr))
+
+
 def main():
     bench = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory() as tmp:
         plot = os.path.join(tmp, "scaling")
-        r = subprocess.run([bench, "--quick", "--json", "--plot", plot], cwd=tmp,
-                           capture_output=True, text=True, timeout=600)
-        check(r.returncode == 0, "--quick --json exits 0", r.stderr[-2000:])
-        try:
-            out = json.loads(r.stdout)
-        except ValueError as e:
-            check(False, "--json prints one JSON object", "%s: %r" % (e, r.stdout[:500]))
+        out = run_json(bench, ["--quick", "--json", "--plot", plot], tmp, "--quick --json")
+        if out is None:
             return
-        check(True, "--json prints one JSON object")
         for key in ("device", "absolute_steps_per_s", "relative_steps_per_s", "overhead_percent",
                     "variants", "limits", "scaling", "tuning"):
             check(key in out, "JSON has %s" % key)
@@ -107,11 +123,7 @@ def main():
         # usage errors: exit 2, one line naming the flag
         for args, name in ((["--reps", "0"], "--reps"), (["--preset", "huge"], "--preset"),
                            (["--bogus"], "--bogus"), (["--length"], "--length")):
-            r = subprocess.run([bench] + args, cwd=tmp, capture_output=True, text=True, timeout=60)
-            lines = r.stderr.strip().splitlines()
-            check(r.returncode == 2 and len(lines) == 1 and name in lines[0],
-                  "%s: exit 2 with one line naming it" % " ".join(args),
-                  "exit %d: %r" % (r.returncode, r.stderr))
+            check_one_line(bench, args, tmp, 2, name)
         r = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and "--quick" in r.stdout and "--compare" in r.stdout, "--help")
         check_compare(bench, tmp)
@@ -122,14 +134,10 @@ def check_compare(bench, tmp):
     B runs the same kernels as A, so every kernel and shape of A's step has a twin in B's."""
     kdir = os.path.join(tmp, "kernels-b")
     shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels"), kdir)
-    r = subprocess.run([bench, "--quick", "--json", "--no-scaling", "--no-tuning",
-                        "--profile-reps", "2", "--compare", "RELCL_KERNEL_DIR=" + kdir], cwd=tmp,
-                       capture_output=True, text=True, timeout=600)
-    check(r.returncode == 0, "--compare RELCL_KERNEL_DIR=copy exits 0", r.stderr[-2000:])
-    try:
-        out = json.loads(r.stdout)
-    except ValueError as e:
-        check(False, "--compare --json prints one JSON object", "%s: %r" % (e, r.stdout[:500]))
+    out = run_json(bench, ["--quick", "--json", "--no-scaling", "--no-tuning", "--profile-reps",
+                           "2", "--compare", "RELCL_KERNEL_DIR=" + kdir], tmp,
+                   "--compare RELCL_KERNEL_DIR=copy")
+    if out is None:
         return
     v = out["variants"]
     check([(x["positions"], x["side"]) for x in v] ==
@@ -178,23 +186,17 @@ def check_compare(bench, tmp):
                                                    v[3]["device_busy_ms"]))
 
     # B's context is created with B's environment: a bad value fails there, naming it
-    for env, name in (("RELCL_CPU_VEC=5", "RELCL_CPU_VEC"),
+    for env, name in (("RELCL_CPU_VEC=5", "RELCL_CPU_VEC=5"),
                       ("RELCL_KERNEL_DIR=" + os.path.join(tmp, "no-such-dir"), "no-such-dir")):
-        r = subprocess.run([bench, "--quick", "--no-scaling", "--no-tuning", "--no-peaks",
-                            "--compare", env], cwd=tmp, capture_output=True, text=True, timeout=300)
-        lines = r.stderr.strip().splitlines()
-        check(r.returncode == 1 and len(lines) == 1 and name in lines[0] and "(B)" in lines[0],
-              "--compare %s: exit 1, one line naming it and side B" % env.split("=")[0],
-              "exit %d: %r" % (r.returncode, r.stderr))
+        check_one_line(bench, ["--quick", "--no-scaling", "--no-tuning", "--no-peaks", "--compare",
+                               env], tmp, 1, name)
+        check_one_line(bench, ["--quick", "--no-scaling", "--no-tuning", "--no-peaks", "--compare",
+                               env], tmp, 1, "context (B)")
     # usage errors: exit 2, one line naming --compare
     for args in (["--compare"], ["--compare", "RELCL_CPU_VEC"], ["--compare", "RELCL_TUNING=off"],
                  ["--compare", "POCL_DEBUG=1"],
                  ["--compare", "RELCL_CPU_VEC=4", "--compare", "RELCL_CPU_VEC=8"]):
-        r = subprocess.run([bench] + args, cwd=tmp, capture_output=True, text=True, timeout=60)
-        lines = r.stderr.strip().splitlines()
-        check(r.returncode == 2 and len(lines) == 1 and "--compare" in lines[0],
-              "%s: exit 2 with one line naming --compare" % " ".join(args),
-              "exit %d: %r" % (r.returncode, r.stderr))
+        check_one_line(bench, args, tmp, 2, "--compare")
 
 
 if __name__ == "__main__":
