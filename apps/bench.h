@@ -1,5 +1,6 @@
 /* The parts of relcl-bench: the training-step comparison (relcl-bench.c), the attention
- * scaling sweep (bench_scaling.c) and the device's own limits (bench_peak.c). Each part
+ * scaling sweep (bench_scaling.c), the device's own limits (bench_peak.c) and --compare's
+ * op-by-op comparison (bench_ops.c). Each part
  * prints its table on stdout (unless quiet) and adds its figures to a cJSON object. */
 #ifndef RELCL_BENCH_H
 #define RELCL_BENCH_H
@@ -45,5 +46,22 @@ typedef struct bench_peaks {
  * queue of their own) and a large SGEMM through relcl_linear_forward. 0, or 1 after
  * printing why. */
 int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out);
+
+/* ---- --compare, op by op (bench_ops.c) ---- */
+
+typedef struct bench_ops_opts {
+  int rows;           /* tokens of the linear layers */
+  int linear[5][2];   /* (in, out) of each linear layer */
+  int n_linear;
+  int sentences, heads, len, head_dim, k; /* attention: relative self and cross */
+  float dropout;
+  int reps;
+  bool quiet;
+} bench_ops_opts;
+
+/* The ops alternately on ctx_a and ctx_b, per kernel and GEMM shape side by side ("ops" in
+ * out). 0, or 1 after printing why. */
+int bench_ops_compare(relcl_context *ctx_a, relcl_context *ctx_b, const bench_ops_opts *o,
+                      cJSON *out);
 
 #endif

@@ -29,7 +29,7 @@ typedef struct options {
   const char *device, *preset, *plot, *tuning_file;
   const char *compare[MAX_COMPARE]; /* --compare VAR=VALUE: side B's environment */
   int n_compare;
-  int vocab, batch_tokens, length, k, reps, profile_reps, tuning_reps;
+  int vocab, batch_tokens, length, k, reps, profile_reps, tuning_reps, op_reps;
   int layers, d_model, heads, d_ff; /* 0: the preset's */
   int scaling_max, scaling_min;
   bool variants, json, quick, no_scaling, no_tuning, no_peaks, tuning_child;
@@ -111,7 +111,10 @@ static void usage(FILE *f) {
           "                       first (A), and the step, its parts and every kernel and GEMM\n"
           "                       shape are compared (B time / A time); repeatable. VAR is one\n"
           "                       of RELCL_KERNEL_DIR, RELCL_CPU_VEC, RELCL_CPU_GEMM,\n"
-          "                       RELCL_HEAD_GEMM, RELCL_ROW_KERNELS\n"
+          "                       RELCL_HEAD_GEMM, RELCL_ROW_KERNELS. Then the model's linear\n"
+          "                       layers and attention calls alternately on A and B, op by op\n"
+          "  --op-reps N          repetitions of that op-by-op comparison (default 15, 3 with\n"
+          "                       --quick)\n"
           "  --quick              a small, fast run of every part (the test suite's smoke run)\n"
           "  --json               print one JSON object instead of the tables\n");
 }
@@ -179,6 +182,7 @@ static int parse_args(int argc, char **argv, options *o) {
                 {"--reps", &o->reps, 1, MAX_REPS},
                 {"--profile-reps", &o->profile_reps, 1, MAX_REPS},
                 {"--tuning-reps", &o->tuning_reps, 1, 16},
+                {"--op-reps", &o->op_reps, 1, 64},
                 {"--scaling-max", &o->scaling_max, 32, 1 << 14},
                 {"--layers", &o->layers, 1, 64},
                 {"--d-model", &o->d_model, 8, 1 << 14},
@@ -1062,6 +1066,23 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nv; i++) { /* free device memory before the sweeps */
     relcl_model_destroy(v[i].model);
     v[i].model = NULL;
+  }
+  if (ctx_b) {
+    const int d = s.cfg.d_model, f = s.cfg.d_ff;
+    bench_ops_opts op = {.rows = (int)s.tokens,
+                         .linear = {{d, 3 * d}, {d, d}, {d, f}, {f, d}, {d, s.cfg.vocab}},
+                         .n_linear = 5,
+                         .sentences = s.sentences,
+                         .heads = s.cfg.heads,
+                         .len = len,
+                         .head_dim = d / s.cfg.heads,
+                         .k = s.cfg.max_rel,
+                         .dropout = s.cfg.dropout,
+                         .reps = o.op_reps ? o.op_reps : o.quick ? 3 : 15,
+                         .quiet = o.json};
+    if (bench_ops_compare(ctx, ctx_b, &op, cJSON_GetObjectItemCaseSensitive(out, "compare")))
+      goto done;
+    fflush(stdout);
   }
 
   if (!o.no_peaks) {

@@ -129,6 +129,41 @@ def main():
         check_compare(bench, tmp)
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def check_ops(out):
+    """--compare's op-by-op part: the model's linear layers and attention calls, A and B in
+    turn; each ratio is the median of the repetitions' ratios"""
+    ops = out.get("compare", {}).get("ops")
+    check(ops is not None and ops["reps"] == 3, "compare: op by op, 3 repetitions with --quick")
+    if ops is None:
+        return
+    a, b = ops["a_busy_ms_runs"], ops["b_busy_ms_runs"]
+    check(len(a) == len(b) == 3 and min(a + b) > 0 and
+          close(ops["a_busy_ms"], median(a), 1e-9) and close(ops["b_busy_ms"], median(b), 1e-9) and
+          close(ops["time_ratio_paired_median"], median([y / x for x, y in zip(a, b)]), 1e-9),
+          "ops: device time a repetition per side, and B / A the median of the repetitions' ratios",
+          str({k: ops[k] for k in ops if k != "entries"}))
+    ent = ops["entries"]
+    d = int(out["model"].split("d_model ")[1].split(",")[0])
+    rows = int(out["target_tokens"])
+    names = {e["name"] for e in ent}
+    # the first linear layer's forward (x W^T: rows x 3d x d) and attention's row kernels
+    want = ["%dx%dx%d" % (rows, 3 * d, d), "attn_fwd_rows", "attn_bwd_rows", "attn_drop_rows"]
+    check(all(any(w in nm for nm in names) for w in want),
+          "ops: the linear layers' products and attention's kernels are there (%d entries)" % len(ent),
+          "missing %s in %s" % ([w for w in want if not any(w in nm for nm in names)], sorted(names)))
+    check(any(e["part"] == "relative GEMMs" for e in ent), "ops: relative self-attention's products")
+    check(all(e["a_ms"] > 0 and e["b_ms"] > 0 and
+              e["time_ratio_paired_min"] <= e["time_ratio_paired_median"] <= e["time_ratio_paired_max"]
+              for e in ent),
+          "ops: same kernels: every entry ran on both sides, its ratio within its min..max")
+
+
 def check_compare(bench, tmp):
     """--compare: side B in a second context. With RELCL_KERNEL_DIR at a copy of the kernels
     B runs the same kernels as A, so every kernel and shape of A's step has a twin in B's."""
@@ -184,6 +219,8 @@ def check_compare(bench, tmp):
           "over 2 profiled steps, each side's entries add up to its device time per step "
           "(A %.2f of %.2f ms, B %.2f of %.2f)" % (sum_a, v[1]["device_busy_ms"], sum_b,
                                                    v[3]["device_busy_ms"]))
+
+    check_ops(out)
 
     # B's context is created with B's environment: a bad value fails there, naming it
     for env, name in (("RELCL_CPU_VEC=5", "RELCL_CPU_VEC=5"),
