@@ -379,7 +379,8 @@ static int make_variants(relcl_context *ctx, relcl_context *ctx_b, const options
   for (int i = 0; ctx_b && i < n_a; i++) { /* at most MAX_VARIANTS / 2 on side A */
     variant *b = &v[(*n)++];
     *b = v[i];
-    snprintf(b->name, sizeof b->name, "%.43s [B]", v[i].name);
+    snprintf(name, sizeof name, "%.43s [B]", v[i].name);
+    memcpy(b->name, name, sizeof name);
     b->side = 1;
     b->base = n_a;
     b->ctx = ctx_b;
