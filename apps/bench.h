@@ -38,9 +38,25 @@ typedef struct bench_peaks {
   double copy_gbs;     /* device-to-device copy, bytes read + written per second / 1e9 */
   double fma_gflops;   /* multiply-adds, 2 flops each: the best of float4, float8, float16 */
   int fma_width;       /* the vector width that gave it */
-  double sgemm_gflops; /* relcl's SGEMM at a large square shape (gemm_cpu on a CPU, CLBlast) */
+  double sgemm_gflops; /* relcl's SGEMM at a large square shape (gemm_cpu on a CPU, CLBlast),
+                        * the best of several in a row */
   int sgemm_n;
+  /* the same SGEMM timed after each profiled step of the relative model, over those steps
+   * (relcl-bench.c's profile_steps), side A's and --compare's side B's; 0: not measured */
+  double sgemm_step_gflops, sgemm_step_gflops_b;
 } bench_peaks;
+
+/* relcl's SGEMM y = x W^T at n^3 (gemm_cpu's B^T on a CPU, CLBlast elsewhere), timed by
+ * relcl's profiler (device time): init allocates and runs it once; ms times one call (the
+ * context's profiling on; it resets the profile). 0, or 1 after printing why. */
+typedef struct bench_sgemm {
+  relcl_context *ctx;
+  int n;
+  cl_mem x, w, y;
+} bench_sgemm;
+int bench_sgemm_init(bench_sgemm *s, relcl_context *ctx, int n);
+int bench_sgemm_ms(bench_sgemm *s, double *ms);
+void bench_sgemm_free(bench_sgemm *s);
 
 /* Measure the copy and FMA kernels (built here from source, on the context's device and a
  * queue of their own) and a large SGEMM through relcl_linear_forward. 0, or 1 after

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char *peak_source =
     "__kernel void bench_copy(__global const float4 *src, __global float4 *dst) {\n"
@@ -62,42 +63,71 @@ static int time_kernel(cl_command_queue q, cl_kernel k, size_t global, int reps,
   return 0;
 }
 
-/* relcl's SGEMM (y = x W^T, n x n x n) timed with relcl's profiler: device time only. */
-static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
-  cl_mem x = NULL, w = NULL, y = NULL;
-  size_t nn = (size_t)n * (size_t)n;
-  int rc = 1;
-  relcl_status st = relcl_profile_enable(ctx, 1);
-  if (st != RELCL_OK || (st = relcl_alloc(ctx, nn, &x)) != RELCL_OK ||
-      (st = relcl_alloc(ctx, nn, &w)) != RELCL_OK || (st = relcl_alloc(ctx, nn, &y)) != RELCL_OK ||
-      (st = relcl_fill(ctx, relcl_buf_at(x, 0), 0.5f, nn)) != RELCL_OK ||
-      (st = relcl_fill(ctx, relcl_buf_at(w, 0), 0.25f, nn)) != RELCL_OK)
-    goto done;
-  /* one untimed call: CLBlast compiles its kernel for the shape */
-  if ((st = relcl_linear_forward(ctx, n, n, n, relcl_buf_at(x, 0), relcl_buf_at(w, 0),
-                                 RELCL_BUF_NONE, relcl_buf_at(y, 0))) != RELCL_OK ||
-      (st = relcl_finish(ctx)) != RELCL_OK)
-    goto done;
-  double best = 1e30;
-  for (int r = 0; r < reps; r++) {
-    relcl_profile_summary s;
-    if ((st = relcl_profile_reset(ctx)) != RELCL_OK ||
-        (st = relcl_linear_forward(ctx, n, n, n, relcl_buf_at(x, 0), relcl_buf_at(w, 0),
-                                   RELCL_BUF_NONE, relcl_buf_at(y, 0))) != RELCL_OK ||
-        (st = relcl_finish(ctx)) != RELCL_OK ||
-        (st = relcl_profile_summary_get(ctx, &s)) != RELCL_OK)
-      goto done;
-    double ms = s.part_ms[RELCL_PART_CONTENT_GEMM];
-    if (ms > 0 && ms < best) best = ms;
+/* relcl's SGEMM (y = x W^T, n x n x n), for timing with relcl's profiler: device time only. */
+int bench_sgemm_init(bench_sgemm *s, relcl_context *ctx, int n) {
+  memset(s, 0, sizeof *s);
+  s->ctx = ctx;
+  s->n = n;
+  const size_t nn = (size_t)n * (size_t)n;
+  relcl_status st;
+  if ((st = relcl_alloc(ctx, nn, &s->x)) != RELCL_OK ||
+      (st = relcl_alloc(ctx, nn, &s->w)) != RELCL_OK ||
+      (st = relcl_alloc(ctx, nn, &s->y)) != RELCL_OK ||
+      (st = relcl_fill(ctx, relcl_buf_at(s->x, 0), 0.5f, nn)) != RELCL_OK ||
+      (st = relcl_fill(ctx, relcl_buf_at(s->w, 0), 0.25f, nn)) != RELCL_OK ||
+      /* one untimed call: CLBlast compiles its kernel for the shape */
+      (st = relcl_linear_forward(ctx, n, n, n, relcl_buf_at(s->x, 0), relcl_buf_at(s->w, 0),
+                                 RELCL_BUF_NONE, relcl_buf_at(s->y, 0))) != RELCL_OK ||
+      (st = relcl_finish(ctx)) != RELCL_OK) {
+    fprintf(stderr, "relcl-bench: SGEMM %d^3: %s: %s\n", n, relcl_status_str(st),
+            relcl_last_error());
+    bench_sgemm_free(s);
+    return 1;
   }
-  *gflops = 2.0 * n * (double)nn / (best * 1e-3) * 1e-9;
-  rc = 0;
-done:
-  if (rc)
-    fprintf(stderr, "relcl-bench: SGEMM peak: %s: %s\n", relcl_status_str(st), relcl_last_error());
-  cl_mem m[] = {x, w, y};
+  return 0;
+}
+
+int bench_sgemm_ms(bench_sgemm *s, double *ms) {
+  relcl_profile_summary sum;
+  relcl_status st;
+  if ((st = relcl_profile_reset(s->ctx)) != RELCL_OK ||
+      (st = relcl_linear_forward(s->ctx, s->n, s->n, s->n, relcl_buf_at(s->x, 0),
+                                 relcl_buf_at(s->w, 0), RELCL_BUF_NONE,
+                                 relcl_buf_at(s->y, 0))) != RELCL_OK ||
+      (st = relcl_finish(s->ctx)) != RELCL_OK ||
+      (st = relcl_profile_summary_get(s->ctx, &sum)) != RELCL_OK) {
+    fprintf(stderr, "relcl-bench: SGEMM %d^3: %s: %s\n", s->n, relcl_status_str(st),
+            relcl_last_error());
+    return 1;
+  }
+  *ms = sum.part_ms[RELCL_PART_CONTENT_GEMM];
+  return 0;
+}
+
+void bench_sgemm_free(bench_sgemm *s) {
+  cl_mem m[] = {s->x, s->w, s->y};
   for (int i = 0; i < 3; i++)
     if (m[i]) clReleaseMemObject(m[i]);
+  s->x = s->w = s->y = NULL;
+}
+
+/* The best of reps SGEMMs in a row. */
+static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
+  bench_sgemm s;
+  if (relcl_profile_enable(ctx, 1) != RELCL_OK) {
+    fprintf(stderr, "relcl-bench: SGEMM peak: %s\n", relcl_last_error());
+    return 1;
+  }
+  if (bench_sgemm_init(&s, ctx, n)) return 1;
+  double best = 1e30, ms;
+  int rc = 0;
+  for (int r = 0; r < reps && rc == 0; r++) {
+    rc = bench_sgemm_ms(&s, &ms);
+    if (rc == 0 && ms > 0 && ms < best) best = ms;
+  }
+  if (rc == 0) *gflops = 2.0 * n * (double)n * n / (best * 1e-3) * 1e-9;
+  bench_sgemm_free(&s);
+  if (relcl_profile_enable(ctx, 0) != RELCL_OK) rc = 1;
   return rc;
 }
 

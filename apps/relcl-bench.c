@@ -485,10 +485,23 @@ static void entry_add(entry_sum *e, int *n, const relcl_profile_entry *x) {
 
 /* Profiled steps of every variant (interleaved as time_steps does), per-part device time per
  * step; the entries of the variants keep[side] (each side's relative model), averaged over
- * the profiled steps, are kept for the limits table (keep[1] < 0: no side B). */
+ * the profiled steps, are kept for the limits table (keep[1] < 0: no side B). After each of
+ * those steps three SGEMMs of sgemm_n^3 run on the side's context: sgemm[side] is the rate of
+ * the best of each three over the same steps (total flops over total time), the measure
+ * beside the step that the limits table rates the step's products against; a machine whose
+ * speed drifts then moves both alike. */
 static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps,
-                         const int keep[2], entry_sum *entries[2], int n_entries[2]) {
+                         const int keep[2], entry_sum *entries[2], int n_entries[2], int sgemm_n,
+                         double sgemm[2]) {
   relcl_status st = RELCL_OK;
+  bench_sgemm sg[2];
+  double sg_ms[2] = {0, 0};
+  memset(sg, 0, sizeof sg);
+  for (int side = 0; side < 2; side++)
+    if (keep[side] >= 0 && bench_sgemm_init(&sg[side], v[keep[side]].ctx, sgemm_n)) {
+      bench_sgemm_free(&sg[0]);
+      return 1;
+    }
   for (int i = 0; i < n && st == RELCL_OK; i++) {
     st = relcl_profile_enable(v[i].ctx, 1);
     v[i].prof_wall = v[i].busy = v[i].span = 0;
@@ -516,7 +529,24 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
         if ((st = relcl_profile_entry_get(ctx, q, &x)) == RELCL_OK)
           entry_add(entries[side], &n_entries[side], &x);
       }
+      double best = 0; /* the best of three in a row: the first one's operands come from memory */
+      for (int t = 0; t < 3 && st == RELCL_OK; t++) {
+        double ms = 0;
+        if (bench_sgemm_ms(&sg[side], &ms)) {
+          bench_sgemm_free(&sg[0]);
+          bench_sgemm_free(&sg[1]);
+          return 1;
+        }
+        if (t == 0 || ms < best) best = ms;
+      }
+      sg_ms[side] += best;
     }
+  for (int side = 0; side < 2; side++) {
+    sgemm[side] = sg_ms[side] > 0 ? 2.0 * sgemm_n * (double)sgemm_n * sgemm_n * reps /
+                                        (sg_ms[side] * 1e-3) * 1e-9
+                                  : 0;
+    bench_sgemm_free(&sg[side]);
+  }
   for (int side = 0; side < 2; side++) /* per step */
     for (int q = 0; q < n_entries[side]; q++) {
       entries[side][q].e.ms /= reps;
@@ -780,6 +810,11 @@ static const entry_sum *twin_entry(const entry_sum *a, const entry_sum *b, int n
   return NULL;
 }
 
+/* What a product's rate is a share of: the SGEMM beside the step where measured */
+static double sgemm_ref(const bench_peaks *pk) {
+  return pk->sgemm_step_gflops > 0 ? pk->sgemm_step_gflops : pk->sgemm_gflops;
+}
+
 static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry_sum *eb,
                          int nb, double busy, const traffic *t) {
   qsort(e, (size_t)n, sizeof *e, by_ms);
@@ -787,14 +822,15 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
   const bool b = eb != NULL;
   printf(
       "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s (float%d), SGEMM %dx%dx%d %.1f "
-      "GFLOP/s (relcl's GEMM as a step runs it: gemm_cpu on a CPU, CLBlast as tuned "
-      "elsewhere)\n",
+      "GFLOP/s alone (the best of 10 in a row) and %.1f beside the step (the best of 3 "
+      "after each profiled step of the relative model, over those steps); the SGEMM is relcl's GEMM as a "
+      "step runs it: gemm_cpu on a CPU, CLBlast as tuned elsewhere\n",
       pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n,
-      pk->sgemm_gflops);
+      pk->sgemm_gflops, pk->sgemm_step_gflops);
   printf("relative model, a step (the mean of the profiled steps): kernels and GEMM shapes by "
          "device time; GEMMs in GFLOP/s "
-         "(of the FMA peak, of the SGEMM), kernels in GB/s of the least traffic they need (of "
-         "the copy bandwidth)%s\n",
+         "(of the FMA peak, of the SGEMM beside the step), kernels in GB/s of the least traffic "
+         "they need (of the copy bandwidth)%s\n",
          b ? "; side B's time and B / A (the limits and rates are side A's)" : "");
   printf("%8s %6s %6s %12s %7s %7s  ", "ms", "share", "calls", "rate", "%peak", "%SGEMM");
   if (b) printf("%8s %6s  ", "B ms", "B/A");
@@ -807,7 +843,7 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
     if (entry_rate(x, t, pk, &rate, &frac, &gemm)) {
       snprintf(rs, sizeof rs, gemm ? "%.1f GFLOP/s" : "%.2f GB/s", rate);
       snprintf(pf, sizeof pf, "%.0f%%", 100 * frac);
-      if (gemm) snprintf(ps, sizeof ps, "%.0f%%", 100 * rate / pk->sgemm_gflops);
+      if (gemm) snprintf(ps, sizeof ps, "%.0f%%", 100 * rate / sgemm_ref(pk));
     }
     printf("%8.2f %5.1f%% %6ld %12s %7s %7s  ", x->ms, 100 * x->ms / (busy * 1e3), x->calls, rs,
            pf, ps);
@@ -834,6 +870,9 @@ static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, i
   cJSON_AddNumberToObject(l, "fma_vector_width", pk->fma_width);
   cJSON_AddNumberToObject(l, "sgemm_gflop_per_s", pk->sgemm_gflops);
   cJSON_AddNumberToObject(l, "sgemm_n", pk->sgemm_n);
+  cJSON_AddNumberToObject(l, "sgemm_beside_step_gflop_per_s", pk->sgemm_step_gflops);
+  if (pk->sgemm_step_gflops_b > 0)
+    cJSON_AddNumberToObject(l, "sgemm_beside_step_gflop_per_s_b", pk->sgemm_step_gflops_b);
   cJSON *a = cJSON_AddArrayToObject(l, "relative_step_entries");
   for (int i = 0; i < n; i++) {
     const relcl_profile_entry *x = &e[i].e;
@@ -848,7 +887,7 @@ static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, i
       if (gemm) {
         cJSON_AddNumberToObject(j, "gflop_per_s", rate);
         cJSON_AddNumberToObject(j, "fraction_of_fma_peak", frac);
-        cJSON_AddNumberToObject(j, "fraction_of_sgemm_peak", rate / pk->sgemm_gflops);
+        cJSON_AddNumberToObject(j, "fraction_of_sgemm_peak", rate / sgemm_ref(pk));
       } else {
         cJSON_AddNumberToObject(j, "gb_per_s_least_traffic", rate);
         cJSON_AddNumberToObject(j, "fraction_of_copy_peak", frac);
@@ -1034,7 +1073,11 @@ int main(int argc, char **argv) {
   /* the relative model of each side: variant 1, and its twin on side B */
   const int keep[2] = {1, ctx_b ? 1 + v[nv - 1].base : -1};
   int n_entries[2] = {0, 0};
-  if (profile_steps(v, nv, &bd.view, o.profile_reps, keep, entries, n_entries)) goto done;
+  double sgemm_step[2] = {0, 0}; /* SGEMM beside the profiled steps, GFLOP/s, per side */
+  const int sgemm_n = o.quick ? 256 : 1024;
+  if (profile_steps(v, nv, &bd.view, o.profile_reps, keep, entries, n_entries, sgemm_n,
+                    sgemm_step))
+    goto done;
   if (!o.json) print_breakdown(v, nv, o.profile_reps), fflush(stdout);
   if (ctx_b) {
     if (!o.json) print_compare(&o, v, nv, o.reps), fflush(stdout);
@@ -1089,6 +1132,8 @@ int main(int argc, char **argv) {
   if (!o.no_peaks) {
     bench_peaks pk = {0};
     if (bench_peaks_measure(ctx, o.quick, &pk)) goto done;
+    pk.sgemm_step_gflops = sgemm_step[0];
+    pk.sgemm_step_gflops_b = sgemm_step[1];
     const entry_sum *eb = ctx_b ? entries[1] : NULL;
     if (!o.json)
       print_limits(&pk, entries[0], n_entries[0], eb, n_entries[1], v[1].busy, &traf),

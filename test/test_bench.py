@@ -94,6 +94,11 @@ def main():
         lim = out["limits"]
         check(lim["copy_gb_per_s"] > 0 and lim["fma_gflop_per_s"] > 0 and lim["sgemm_gflop_per_s"] > 0,
               "device limits measured (copy, FMA, SGEMM)")
+        sg = lim.get("sgemm_beside_step_gflop_per_s", 0)
+        check(sg > 0 and all(close(e["fraction_of_sgemm_peak"], e["gflop_per_s"] / sg, 1e-6)
+                             for e in lim["relative_step_entries"] if "gflop_per_s" in e),
+              "GEMM shapes rated against the SGEMM beside the step (%.1f GFLOP/s; alone %.1f)"
+              % (sg, lim["sgemm_gflop_per_s"]))
         check(lim["fma_vector_width"] in (4, 8, 16),
               "the FMA peak names the vector width it came from (%s)" % lim.get("fma_vector_width"))
         ent = lim["relative_step_entries"]
@@ -203,6 +208,8 @@ def check_compare(bench, tmp):
         ok = ok and lo * (1 - 1e-9) <= x["time_ratio_paired_median"] <= hi * (1 + 1e-9)
     check(ok, "compare: A and B steps/s are the variants', time ratios B / A from them", str(cv))
     ent = out["limits"]["relative_step_entries"]
+    check(out["limits"].get("sgemm_beside_step_gflop_per_s_b", 0) > 0,
+          "compare: side B's SGEMM beside its step measured")
     twins = [e for e in ent if "ms_b" in e]
     check(len(ent) > 10 and len(twins) == len(ent) and out["limits"]["relative_step_entries_b_only"] == []
           and all(e["ms_b"] > 0 and close(e["time_ratio_b_over_a"], e["ms_b"] / e["ms"], 1e-6)
