@@ -1,7 +1,7 @@
 /* The parts of relcl-bench: the training-step comparison (relcl-bench.c), the attention
  * scaling sweep (bench_scaling.c), the device's own limits (bench_peak.c) and --compare's
- * op-by-op comparison (bench_ops.c). Each part
- * prints its table on stdout (unless quiet) and adds its figures to a cJSON object. */
+ * op-by-op comparison (bench_ops.c). Each part prints its table on stdout (unless quiet) and
+ * adds its figures to a cJSON object. */
 #ifndef RELCL_BENCH_H
 #define RELCL_BENCH_H
 
@@ -15,8 +15,18 @@
 double bench_now(void);
 /* Median, min and max of n values (n >= 1); values is reordered. */
 void bench_stats(double *values, int n, double *median, double *min, double *max);
+/* Median, min and max of the n ratios b[r] / a[r] over the r where both are above 0 (a's and
+ * b's runs r timed next to each other); false when there is none. */
+bool bench_ratio_stats(const double *a, const double *b, int n, double *median, double *min,
+                       double *max);
 /* Add a JSON array of n numbers under key. */
 void bench_json_array(cJSON *obj, const char *key, const double *values, int n);
+/* A buffer of n floats on ctx, every one v. */
+relcl_status bench_alloc_fill(relcl_context *ctx, size_t n, float v, cl_mem *out);
+/* GFLOP/s of an n^3 product that took ms milliseconds */
+double bench_cube_gflops(int n, double ms);
+
+enum { BENCH_MAX_OP_REPS = 64 }; /* --op-reps' limit (bench_ops.c) */
 
 /* ---- attention scaling (bench_scaling.c) ---- */
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_LINEAR = 5, MAX_NAMES = 128, MAX_OP_REPS = 64 };
+enum { MAX_LINEAR = 5, MAX_NAMES = 128, MAX_OP_REPS = BENCH_MAX_OP_REPS };
 
 /* One side's buffers: a linear layer's x, W, b, y, dy, dx, dW, db, and attention's. */
 enum { L_X, L_W, L_B, L_Y, L_DY, L_DX, L_DW, L_DB, L_N };
@@ -36,26 +36,21 @@ typedef struct name_row {
   row_stats st;
 } name_row;
 
-static relcl_status alloc_fill(relcl_context *ctx, size_t n, float v, cl_mem *out) {
-  relcl_status st = relcl_alloc(ctx, n, out);
-  /* small values: any data times the same, but keep the softmax away from overflow */
-  return st == RELCL_OK ? relcl_fill(ctx, relcl_buf_at(*out, 0), v, n) : st;
-}
-
 static relcl_status side_alloc(side *s, const bench_ops_opts *o) {
   relcl_status st = RELCL_OK;
   for (int l = 0; l < o->n_linear && st == RELCL_OK; l++) {
     const size_t r = (size_t)o->rows, in = (size_t)o->linear[l][0], out = (size_t)o->linear[l][1];
     const size_t sizes[L_N] = {r * in, out * in, out, r * out, r * out, r * in, out * in, out};
     for (int i = 0; i < L_N && st == RELCL_OK; i++)
-      st = alloc_fill(s->ctx, sizes[i], 0.01f * (float)(i % 5 + 1), &s->lin[l][i]);
+      st = bench_alloc_fill(s->ctx, sizes[i], 0.01f * (float)(i % 5 + 1), &s->lin[l][i]);
   }
   const size_t x = (size_t)o->sentences * o->heads * o->len * o->head_dim;
   const size_t w = (size_t)(2 * o->k + 1) * o->head_dim;
   const size_t p = (size_t)o->sentences * o->heads * o->len * o->len;
   const size_t sizes[A_N] = {x, x, x, x, x, x, x, x, p, w, w, w, w};
+  /* small values: any data times the same, but keep the softmax away from overflow */
   for (int i = 0; i < A_N && st == RELCL_OK; i++)
-    st = alloc_fill(s->ctx, sizes[i], 0.01f * (float)(i % 5), &s->att[i]);
+    st = bench_alloc_fill(s->ctx, sizes[i], 0.01f * (float)(i % 5), &s->att[i]);
   return st;
 }
 
@@ -124,16 +119,12 @@ static relcl_status collect(relcl_context *ctx, int side_i, int r, name_row *row
 }
 
 static void row_of(const double *a, const double *b, int reps, row_stats *s) {
-  double x[MAX_OP_REPS], y[MAX_OP_REPS], q[MAX_OP_REPS], lo, hi;
-  int nq = 0;
-  for (int r = 0; r < reps; r++) {
-    x[r] = a[r], y[r] = b[r];
-    if (a[r] > 0 && b[r] > 0) q[nq++] = b[r] / a[r];
-  }
+  double x[MAX_OP_REPS], y[MAX_OP_REPS], lo, hi;
+  memcpy(x, a, (size_t)reps * sizeof *x); /* bench_stats reorders */
+  memcpy(y, b, (size_t)reps * sizeof *y);
   bench_stats(x, reps, &s->a, &lo, &hi);
   bench_stats(y, reps, &s->b, &lo, &hi);
-  s->both = nq > 0;
-  if (s->both) bench_stats(q, nq, &s->ratio, &s->lo, &s->hi);
+  s->both = bench_ratio_stats(a, b, reps, &s->ratio, &s->lo, &s->hi);
 }
 
 static int by_a(const void *p, const void *q) { /* A's median time, longest first */

@@ -70,11 +70,9 @@ int bench_sgemm_init(bench_sgemm *s, relcl_context *ctx, int n) {
   s->n = n;
   const size_t nn = (size_t)n * (size_t)n;
   relcl_status st;
-  if ((st = relcl_alloc(ctx, nn, &s->x)) != RELCL_OK ||
-      (st = relcl_alloc(ctx, nn, &s->w)) != RELCL_OK ||
+  if ((st = bench_alloc_fill(ctx, nn, 0.5f, &s->x)) != RELCL_OK ||
+      (st = bench_alloc_fill(ctx, nn, 0.25f, &s->w)) != RELCL_OK ||
       (st = relcl_alloc(ctx, nn, &s->y)) != RELCL_OK ||
-      (st = relcl_fill(ctx, relcl_buf_at(s->x, 0), 0.5f, nn)) != RELCL_OK ||
-      (st = relcl_fill(ctx, relcl_buf_at(s->w, 0), 0.25f, nn)) != RELCL_OK ||
       /* one untimed call: CLBlast compiles its kernel for the shape */
       (st = relcl_linear_forward(ctx, n, n, n, relcl_buf_at(s->x, 0), relcl_buf_at(s->w, 0),
                                  RELCL_BUF_NONE, relcl_buf_at(s->y, 0))) != RELCL_OK ||
@@ -125,7 +123,7 @@ static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
     rc = bench_sgemm_ms(&s, &ms);
     if (rc == 0 && ms > 0 && ms < best) best = ms;
   }
-  if (rc == 0) *gflops = 2.0 * n * (double)n * n / (best * 1e-3) * 1e-9;
+  if (rc == 0) *gflops = bench_cube_gflops(n, best);
   bench_sgemm_free(&s);
   if (relcl_profile_enable(ctx, 0) != RELCL_OK) rc = 1;
   return rc;

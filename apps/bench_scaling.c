@@ -50,12 +50,9 @@ static int measure(relcl_context *ctx, const bench_scaling_opts *o, int n, point
   cl_mem b[N_BUFS] = {0};
   relcl_status st = RELCL_OK;
   int rc = 1;
-  for (int i = 0; i < N_BUFS && st == RELCL_OK; i++) {
-    st = relcl_alloc(ctx, sizes[i], &b[i]);
-    /* small values: any data times the same, but keep the softmax away from overflow */
-    if (st == RELCL_OK)
-      st = relcl_fill(ctx, relcl_buf_at(b[i], 0), 0.01f * (float)(i % 5), sizes[i]);
-  }
+  /* small values: any data times the same, but keep the softmax away from overflow */
+  for (int i = 0; i < N_BUFS && st == RELCL_OK; i++)
+    st = bench_alloc_fill(ctx, sizes[i], 0.01f * (float)(i % 5), &b[i]);
   if (st != RELCL_OK) goto done;
   /* warm-up (CLBlast compiles per shape), and each variant's scratch high-water mark */
   for (int v = 0; v < N_VARIANTS; v++) {

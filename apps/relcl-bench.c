@@ -66,6 +66,26 @@ void bench_stats(double *values, int n, double *median, double *min, double *max
   *max = values[n - 1];
 }
 
+bool bench_ratio_stats(const double *a, const double *b, int n, double *median, double *min,
+                       double *max) {
+  _Static_assert((int)BENCH_MAX_OP_REPS <= (int)MAX_REPS, "q holds every repetition");
+  double q[MAX_REPS];
+  int nq = 0;
+  for (int r = 0; r < n && r < MAX_REPS; r++)
+    if (a[r] > 0 && b[r] > 0) q[nq++] = b[r] / a[r];
+  if (nq > 0) bench_stats(q, nq, median, min, max);
+  return nq > 0;
+}
+
+relcl_status bench_alloc_fill(relcl_context *ctx, size_t n, float v, cl_mem *out) {
+  relcl_status st = relcl_alloc(ctx, n, out);
+  return st == RELCL_OK ? relcl_fill(ctx, relcl_buf_at(*out, 0), v, n) : st;
+}
+
+double bench_cube_gflops(int n, double ms) {
+  return 2.0 * n * (double)n * n / (ms * 1e-3) * 1e-9;
+}
+
 void bench_json_array(cJSON *obj, const char *key, const double *values, int n) {
   cJSON *a = cJSON_AddArrayToObject(obj, key);
   for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(values[i]));
@@ -135,25 +155,26 @@ static const char *const compare_vars[] = {"RELCL_KERNEL_DIR", "RELCL_CPU_VEC", 
                                            "RELCL_HEAD_GEMM", "RELCL_ROW_KERNELS"};
 enum { N_COMPARE_VARS = sizeof compare_vars / sizeof *compare_vars };
 
-/* The length of VAR in "VAR=VALUE" when VAR may be set by --compare, else 0. */
-static size_t compare_var_len(const char *s) {
+/* VAR of "VAR=VALUE" when --compare may set it, else NULL. */
+static const char *compare_var(const char *s) {
   const char *eq = strchr(s, '=');
-  if (!eq) return 0;
-  size_t n = (size_t)(eq - s);
-  for (int i = 0; i < N_COMPARE_VARS; i++)
-    if (strlen(compare_vars[i]) == n && strncmp(s, compare_vars[i], n) == 0) return n;
-  return 0;
+  for (int i = 0; eq && i < N_COMPARE_VARS; i++)
+    if (strlen(compare_vars[i]) == (size_t)(eq - s) &&
+        strncmp(s, compare_vars[i], (size_t)(eq - s)) == 0)
+      return compare_vars[i];
+  return NULL;
 }
 
 static int parse_compare(const char *val, options *o) {
-  size_t n = val ? compare_var_len(val) : 0;
-  if (n == 0) {
-    fprintf(stderr,
-            PROG ": --compare needs VAR=VALUE with VAR one of RELCL_KERNEL_DIR, RELCL_CPU_VEC, "
-                 "RELCL_CPU_GEMM, RELCL_HEAD_GEMM, RELCL_ROW_KERNELS; got \"%s\"\n",
-            val ? val : "");
+  const char *var = val ? compare_var(val) : NULL;
+  if (!var) {
+    fprintf(stderr, PROG ": --compare needs VAR=VALUE with VAR one of");
+    for (int i = 0; i < N_COMPARE_VARS; i++)
+      fprintf(stderr, "%s %s", i ? "," : "", compare_vars[i]);
+    fprintf(stderr, "; got \"%s\"\n", val ? val : "");
     return 2;
   }
+  const size_t n = strlen(var);
   for (int i = 0; i < o->n_compare; i++)
     if (strncmp(o->compare[i], val, n + 1) == 0) {
       fprintf(stderr, PROG ": --compare %.*s given twice\n", (int)n, val);
@@ -182,7 +203,7 @@ static int parse_args(int argc, char **argv, options *o) {
                 {"--reps", &o->reps, 1, MAX_REPS},
                 {"--profile-reps", &o->profile_reps, 1, MAX_REPS},
                 {"--tuning-reps", &o->tuning_reps, 1, 16},
-                {"--op-reps", &o->op_reps, 1, 64},
+                {"--op-reps", &o->op_reps, 1, BENCH_MAX_OP_REPS},
                 {"--scaling-max", &o->scaling_max, 32, 1 << 14},
                 {"--layers", &o->layers, 1, 64},
                 {"--d-model", &o->d_model, 8, 1 << 14},
@@ -404,17 +425,12 @@ static int make_variants(relcl_context *ctx, relcl_context *ctx_b, const options
 /* Side B's context (--compare): created with the VAR=VALUE pairs set, the environment restored
  * after, so that nothing else in the process (side A, the tuning children) sees them. */
 static int create_side_b(const options *o, relcl_context **ctx_b) {
-  char *saved[MAX_COMPARE] = {0};
-  bool had[MAX_COMPARE] = {0};
-  char var[64];
+  char *saved[MAX_COMPARE] = {0}; /* the values before, NULL where unset */
   int rc = 0;
   for (int i = 0; i < o->n_compare; i++) {
-    size_t n = compare_var_len(o->compare[i]);
-    snprintf(var, sizeof var, "%.*s", (int)n, o->compare[i]);
-    const char *old = getenv(var);
-    had[i] = old != NULL;
+    const char *var = compare_var(o->compare[i]), *old = getenv(var);
     saved[i] = old ? strdup(old) : NULL;
-    setenv(var, o->compare[i] + n + 1, 1);
+    setenv(var, o->compare[i] + strlen(var) + 1, 1);
   }
   relcl_status st = relcl_context_create(ctx_b, o->device);
   if (st != RELCL_OK) {
@@ -423,9 +439,8 @@ static int create_side_b(const options *o, relcl_context **ctx_b) {
     rc = 1;
   }
   for (int i = 0; i < o->n_compare; i++) {
-    size_t n = compare_var_len(o->compare[i]);
-    snprintf(var, sizeof var, "%.*s", (int)n, o->compare[i]);
-    if (had[i] && saved[i])
+    const char *var = compare_var(o->compare[i]);
+    if (saved[i])
       setenv(var, saved[i], 1);
     else
       unsetenv(var);
@@ -542,9 +557,7 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
       sg_ms[side] += best;
     }
   for (int side = 0; side < 2; side++) {
-    sgemm[side] = sg_ms[side] > 0 ? 2.0 * sgemm_n * (double)sgemm_n * sgemm_n * reps /
-                                        (sg_ms[side] * 1e-3) * 1e-9
-                                  : 0;
+    sgemm[side] = sg_ms[side] > 0 ? bench_cube_gflops(sgemm_n, sg_ms[side] / reps) : 0;
     bench_sgemm_free(&sg[side]);
   }
   for (int side = 0; side < 2; side++) /* per step */
@@ -697,14 +710,16 @@ typedef struct side_ratio {
 } side_ratio;
 
 static side_ratio compare_sides(const variant *a, const variant *b, int reps) {
-  side_ratio x;
-  double p[MAX_REPS];
-  for (int r = 0; r < reps; r++) p[r] = b->sec[r] / a->sec[r];
-  bench_stats(p, reps, &x.paired, &x.paired_lo, &x.paired_hi);
+  side_ratio x = {0};
+  bench_ratio_stats(a->sec, b->sec, reps, &x.paired, &x.paired_lo, &x.paired_hi);
   x.median = b->med / a->med;
   x.device = a->busy > 0 ? b->busy / a->busy : 0;
   return x;
 }
+
+/* Side B's variant of side A's variant i (--compare): B's variants follow A's, in order, and
+ * each of B's bases (its absolute model) is the number of A's. */
+static const variant *twin_of(const variant *v, int n, int i) { return &v[i + v[n - 1].base]; }
 
 static void print_compare(const options *o, const variant *v, int n, int reps) {
   printf("\nA against B: A as the environment gives, B in a second context with");
@@ -718,7 +733,7 @@ static void print_compare(const options *o, const variant *v, int n, int reps) {
          "paired (min..max)", "device");
   for (int i = 0; i < n; i++) {
     if (v[i].side != 0) continue;
-    const variant *b = &v[i + v[n - 1].base]; /* side B's twin: B's variants follow A's */
+    const variant *b = twin_of(v, n, i);
     side_ratio x = compare_sides(&v[i], b, reps);
     printf("%-22s %10.3f %10.3f %8.3f %8.3f (%5.3f..%5.3f) %8.3f\n", v[i].name, 1.0 / v[i].med,
            1.0 / b->med, x.median, x.paired, x.paired_lo, x.paired_hi, x.device);
@@ -823,14 +838,13 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
   printf(
       "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s (float%d), SGEMM %dx%dx%d %.1f "
       "GFLOP/s alone (the best of 10 in a row) and %.1f beside the step (the best of 3 "
-      "after each profiled step of the relative model, over those steps); the SGEMM is relcl's GEMM as a "
-      "step runs it: gemm_cpu on a CPU, CLBlast as tuned elsewhere\n",
+      "after each profiled step of the relative model, over those steps); the SGEMM is "
+      "relcl's GEMM as a step runs it: gemm_cpu on a CPU, CLBlast as tuned elsewhere\n",
       pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n,
       pk->sgemm_gflops, pk->sgemm_step_gflops);
   printf("relative model, a step (the mean of the profiled steps): kernels and GEMM shapes by "
-         "device time; GEMMs in GFLOP/s "
-         "(of the FMA peak, of the SGEMM beside the step), kernels in GB/s of the least traffic "
-         "they need (of the copy bandwidth)%s\n",
+         "device time; GEMMs in GFLOP/s (of the FMA peak, of the SGEMM beside the step), "
+         "kernels in GB/s of the least traffic they need (of the copy bandwidth)%s\n",
          b ? "; side B's time and B / A (the limits and rates are side A's)" : "");
   printf("%8s %6s %6s %12s %7s %7s  ", "ms", "share", "calls", "rate", "%peak", "%SGEMM");
   if (b) printf("%8s %6s  ", "B ms", "B/A");
@@ -921,7 +935,7 @@ static void json_compare(cJSON *out, const options *o, const variant *v, int n, 
   cJSON *a = cJSON_AddArrayToObject(c, "variants");
   for (int i = 0; i < n; i++) {
     if (v[i].side != 0) continue;
-    const variant *b = &v[i + v[n - 1].base];
+    const variant *b = twin_of(v, n, i);
     side_ratio x = compare_sides(&v[i], b, reps);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "name", v[i].name);
@@ -1071,7 +1085,7 @@ int main(int argc, char **argv) {
   if (!o.json) print_rates(&s, v, nv, o.reps), fflush(stdout);
 
   /* the relative model of each side: variant 1, and its twin on side B */
-  const int keep[2] = {1, ctx_b ? 1 + v[nv - 1].base : -1};
+  const int keep[2] = {1, ctx_b ? (int)(twin_of(v, nv, 1) - v) : -1};
   int n_entries[2] = {0, 0};
   double sgemm_step[2] = {0, 0}; /* SGEMM beside the profiled steps, GFLOP/s, per side */
   const int sgemm_n = o.quick ? 256 : 1024;

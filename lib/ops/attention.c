@@ -136,8 +136,8 @@ static entries label_entries(const plan *p, bool per_head) {
  * c * gather_label(p) + i. So the GEMM's short side (R labels) is its M, which CLBlast's
  * indirect kernel padded to MWG (32 on CPUs) rather than N to NWG (128) when this was one
  * product over all rows: 1.5 to 2 times faster on PoCL (docs/speed.md, "What is left");
- * the direct kernel that runs the entries now reads either way. The row kernels read it at those
- * strides. */
+ * the direct kernel that runs the entries now reads either way. The row kernels read it at
+ * those strides. */
 static size_t gather_block(const plan *p, bool per_head) {
   return per_head ? p->nq * (size_t)p->R : p->nq;
 }
@@ -175,8 +175,8 @@ static relcl__args label_args(relcl__kernel_entry *k, const plan *p, relcl_buf i
  * kernels of sessions 12 to 19 (relcl-bench's issue-8 step, Zen 5: 16000x33x64 4.6 -> 1.8-2.1
  * ms a step, 16000x64x33 2.4 -> 1.5-1.8). Elsewhere relcl's kernels (kernels/attention.cl
  * labels_shared, add_labels_shared) run them, an output a work-item: as CLBlast's batched
- * direct kernel over the B H entries they ran at 11 to 16 GFLOP/s on PoCL (docs/speed.md, "What is
- * left"). */
+ * direct kernel over the B H entries they ran at 11 to 16 GFLOP/s on PoCL (docs/speed.md,
+ * "What is left"). */
 static relcl_status labels_shared(relcl_context *ctx, const plan *p, relcl_buf X, relcl_buf win,
                                   relcl_buf out) {
   if (relcl__own_products(ctx)) /* out (R x rows) = win X^T */
