@@ -28,6 +28,11 @@
 #define RELCL_RELU 8       /* bias_add: then max(., 0) */
 #define RELCL_BIAS 16      /* dropout: add a bias by column first */
 
+/* gemm.cl gemm_cpu: what its store does to alpha op(A) op(B) + beta C (gemm.c's epilogues) */
+#define RELCL_GEMM_RELU_BWD 1 /* 0 where M, ReLU's output with C's shape, is not above 0 */
+#define RELCL_GEMM_BIAS 2     /* add the row M (a bias by column), as bias_add does */
+#define RELCL_GEMM_RELU 4     /* then max(., 0), as bias_add's RELCL_RELU */
+
 /* loss.cl */
 #define RELCL_WRITE_GRAD 1 /* xent_rows: write the gradient of the logits */
 

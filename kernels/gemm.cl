@@ -147,24 +147,41 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
 
 /* Row c of a work-item's block of C: alpha times its two accumulators v0, v1, plus beta C
  * (beta 0 does not read C: BLAS's rule, C may hold anything, NaN included); where fewer than
- * 2 W columns (nn) are left, through a copy. With a mask row mk (not 0), ReLU's backward
- * folded in: 0 where mk (ReLU's output) is not above 0, as relu_bwd computes it
- * (kernels/layers.cl), the same bits. */
-inline void cpu_store(__global float *c, __global const float *mk, CPU_VEC v0, CPU_VEC v1,
-                      float beta, uint nn) {
+ * 2 W columns (nn) are left, through a copy. Then what epi asks (flags.h, RELCL_GEMM_*), with
+ * mk the row of M at C's row and column j0 (not read without epi): ReLU's backward, 0 where mk
+ * (ReLU's output) is not above 0, as relu_bwd computes it; or mk (a bias row) added, then
+ * max(., 0) with RELCL_GEMM_RELU, as bias_add does (kernels/layers.cl). Each is the same
+ * float operation on the same value as the separate pass, so the bits are the same. */
+inline void cpu_store(__global float *c, __global const float *mk, int epi, CPU_VEC v0,
+                      CPU_VEC v1, float beta, uint nn) {
   if (nn >= 2 * CPU_W) {
     const CPU_VEC z = (CPU_VEC)(0.0f);
     v0 = beta != 0.0f ? v0 + beta * CPU_VLOAD(0, c) : v0;
     v1 = beta != 0.0f ? v1 + beta * CPU_VLOAD(1, c) : v1;
-    CPU_VSTORE(mk ? select(z, v0, CPU_VLOAD(0, mk) > z) : v0, 0, c);
-    CPU_VSTORE(mk ? select(z, v1, CPU_VLOAD(1, mk) > z) : v1, 1, c);
+    if (epi & RELCL_GEMM_BIAS) {
+      v0 = v0 + CPU_VLOAD(0, mk);
+      v1 = v1 + CPU_VLOAD(1, mk);
+    }
+    if (epi & RELCL_GEMM_RELU) {
+      v0 = fmax(v0, z);
+      v1 = fmax(v1, z);
+    }
+    if (epi & RELCL_GEMM_RELU_BWD) {
+      v0 = select(z, v0, CPU_VLOAD(0, mk) > z);
+      v1 = select(z, v1, CPU_VLOAD(1, mk) > z);
+    }
+    CPU_VSTORE(v0, 0, c);
+    CPU_VSTORE(v1, 1, c);
   } else {
     float l[2 * CPU_W];
     CPU_VSTORE(v0, 0, l);
     CPU_VSTORE(v1, 1, l);
     for (uint e = 0; e < nn; e++) {
-      const float v = beta != 0.0f ? l[e] + beta * c[e] : l[e];
-      c[e] = !mk || mk[e] > 0.0f ? v : 0.0f;
+      float v = beta != 0.0f ? l[e] + beta * c[e] : l[e];
+      if (epi & RELCL_GEMM_BIAS) v = v + mk[e];
+      if (epi & RELCL_GEMM_RELU) v = fmax(v, 0.0f);
+      if (epi & RELCL_GEMM_RELU_BWD) v = mk[e] > 0.0f ? v : 0.0f;
+      c[e] = v;
     }
   }
 }
@@ -226,8 +243,9 @@ inline void cpu_store(__global float *c, __global const float *mk, CPU_VEC v0, C
  * its k2 terms. With ask, it also asks for the next product's lines (na, nb, nc, na2; a_span,
  * a2_span, see CPU_ASK_SPAN) at steps t, t + 1, .. of the sum. gemm_cpu calls it with ask
  * false and k2 0, constants: its sum is then as if this code were not there (asking in
- * gemm_cpu's single products had made them 5-10% slower). With a mask mk (rows ldm apart, at
- * column j0; else 0), its store is ReLU's backward (cpu_store). */
+ * gemm_cpu's single products had made them 5-10% slower). With epi (flags.h, RELCL_GEMM_*),
+ * its store applies M's rows mk (ldm apart, at column j0; ldm 0 for one bias row) as
+ * cpu_store says; epi 0 reads no mk. */
 __attribute__((always_inline)) inline void
 cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global const float *A, uint lda, int trans_a, __global const float *B, uint ldb,
@@ -235,11 +253,11 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global float *C, uint ldc, bool ask, uint t, __global const float *na,
          size_t a_span, __global const float *nb, __global const float *nc,
          __global const float *na2, size_t a2_span, bool few, __global const float *mk,
-         uint ldm) {
+         uint ldm, int epi) {
   const int rows = few ? CPU_MR / 2 : CPU_MR; /* a constant where cpu_rows is inlined */
   CPU_BLOCK_START;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
-  if (mk) /* the mask's rows, read by the store: asked for before the sum */
+  if (epi) /* M's rows, read by the store: asked for before the sum */
     for (int r = 0; r < rows && i0 + r < m; r++) {
       CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm, 0);
       if (2 * CPU_W > 16) CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm + 16, 0);
@@ -257,7 +275,7 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
     CPU_SUM(B2, ldb2, k2, 1)
   }
   for (int r = 0; r < rows && i0 + r < m; r++)
-    cpu_store(C + (size_t)(i0 + r) * ldc, mk ? mk + (size_t)(i0 + r) * ldm : 0, alpha * c0[r],
+    cpu_store(C + (size_t)(i0 + r) * ldc, mk + (size_t)(i0 + r) * ldm, epi, alpha * c0[r],
               alpha * c1[r], beta, n - j0);
 }
 
@@ -265,7 +283,7 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
                        uint a_off, uint lda, uint a_stride, int trans_a, __global const float *B,
                        uint b_off, uint ldb, uint b_stride, __global float *C, uint c_off,
                        uint ldc, uint c_stride, int rows_first, __global const float *M,
-                       uint m_off, uint ldm, int masked, uint b_panel) {
+                       uint m_off, uint ldm, int epi, uint b_panel) {
   const uint c_id = get_global_id(rows_first ? 1 : 0), r_id = get_global_id(rows_first ? 0 : 1);
   const uint j0 = c_id * 2 * CPU_W, i0 = r_id * CPU_MR;
   if (j0 >= n || i0 >= m) return;
@@ -274,9 +292,9 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
   /* the block's columns of B: at column j0 of B's rows (b_panel 2 W), or its panel */
   B += b_off + b * b_stride + (size_t)c_id * b_panel;
   C += c_off + b * c_stride + j0;
-  __global const float *mk = masked ? M + m_off + j0 : 0; /* with C's shape */
+  /* M: C's shape (a mask) or one row (a bias, ldm 0), at column j0; C where epi is 0 */
   cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A, 0, B, 0, 0, C, ldc, false,
-           0, A, 0, B, C, A, 0, false, mk, ldm);
+           0, A, 0, B, C, A, 0, false, M + m_off + j0, ldm, epi);
 }
 
 /* B (k x n, rows ldb apart) in panels of 2 W columns for gemm_cpu (gemm.c's panels()):
@@ -343,11 +361,11 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
     if (m - i0 <= CPU_MR / 2)
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
                ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
-               a2_span, true, 0, 0);
+               a2_span, true, C, 0, 0);
     else
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
                ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
-               a2_span, false, 0, 0);
+               a2_span, false, C, 0, 0);
 }
 
 /* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha
@@ -384,7 +402,7 @@ bt_rows(uint i0, uint m, uint k, float alpha, float beta, __global const float *
     CPU_STEP_R(p * sp, rows)
   }
   for (int r = 0; r < rows && i0 + r < m; r++)
-    cpu_store(C + (size_t)(i0 + r) * ldc, 0, alpha * c0[r], alpha * c1[r], beta, nn);
+    cpu_store(C + (size_t)(i0 + r) * ldc, C, 0, alpha * c0[r], alpha * c1[r], beta, nn);
 }
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,

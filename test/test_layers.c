@@ -102,6 +102,9 @@ static const layer_case cases[] = {
     {OP_FUSED, "fused 130x256 p=0.1", 130, 256, 64, 0.1f, 0},
     /* the item shape's runs of 32: whole runs in one row, runs across rows, a partial last */
     {OP_FUSED, "fused 37x40 p=0.1", 37, 40, 16, 0.1f, 0},
+    /* linear+relu in gemm_cpu's store (over 64 rows: not gemm_cpu_bt's): rows not a multiple
+     * of its blocks' 6 or 8, 40 columns a last block of 8 (the store's copy), a sum over 136 */
+    {OP_FUSED, "fused 70x40 p=0.1", 70, 40, 136, 0.1f, 0},
     /* heads: a batch, b n, c heads; f head_dim; flag = extra columns of ld */
     {OP_HEADS, "heads 1x1x1 dh=1", 1, 1, 1, 1, 0},
     {OP_HEADS, "heads 2x5x3 dh=4 ld+7", 2, 5, 3, 4, 7},

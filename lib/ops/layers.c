@@ -421,13 +421,18 @@ relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint6
 
 /* ---- linear ---- */
 
-/* y = x W^T [+ b], then ReLU with RELCL_RELU: the bias and the activation in one pass. */
+/* y = x W^T [+ b], then ReLU with RELCL_RELU: the bias and the activation in the product's
+ * store where relcl's gemm_cpu runs it (relcl__gemm_bias), else in one pass after it. */
 static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                relcl_buf W, relcl_buf b, relcl_buf y, int flags) {
   const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
   relcl_status st = RELCL_OK;
-  st = relcl__gemm(ctx, false, true, R, O, I, 1.0f, x, I, 0, W, I, 0, 0.0f, y, O, 0, 1);
-  if (st != RELCL_OK || b.mem == NULL) return st;
+  bool applied = false;
+  if (b.mem)
+    st = relcl__gemm_bias(ctx, true, R, O, I, x, I, W, I, y, O, b, flags & RELCL_RELU, &applied);
+  else
+    st = relcl__gemm(ctx, false, true, R, O, I, 1.0f, x, I, 0, W, I, 0, 0.0f, y, O, 0, 1);
+  if (st != RELCL_OK || b.mem == NULL || applied) return st;
   relcl__kernel_entry *k;
   if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};

@@ -344,8 +344,8 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                 size_t batch, size_t chunk, relcl_buf mask, size_t ldm,
-                                const relcl__gemm_term *t2, size_t heads, size_t c_head,
-                                size_t b_panel, cl_event *ev) {
+                                cl_int epi, const relcl__gemm_term *t2, size_t heads,
+                                size_t c_head, size_t b_panel, cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
@@ -389,12 +389,12 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
      * gradient's 16.3 against 22.8, A^T 8000x256x1048 64.9 against 84.2. */
     const cl_int rows_first = ctx->cpu_vec >= 16 ? n > 512 : n > m;
     RELCL__ARG(&args, rows_first);
-    /* ReLU's backward in the store (relcl__gemm_relu_masked), or C in the mask's place */
-    const cl_int masked = mask.mem != NULL;
+    /* what the store applies (gemm_run's epilogues): ReLU's backward with its mask, a bias
+     * (then ReLU) with its row; C in M's place without one */
     const cl_uint lm = (cl_uint)ldm;
-    relcl__buf_arg(&args, masked ? mask : c, NULL);
+    relcl__buf_arg(&args, epi ? mask : c, NULL);
     RELCL__ARG(&args, lm);
-    RELCL__ARG(&args, masked);
+    RELCL__ARG(&args, epi);
     RELCL__ARG(&args, panel);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
     size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
@@ -463,16 +463,17 @@ static bool batch_kernel(how_t how, size_t batch, size_t len, size_t k) {
   return how == CPU && batch > 1 && len == k;
 }
 
-/* relcl__gemm_in, with a mask (mask.mem set) relcl__gemm_relu_masked, and with a second term
- * (t2) relcl__gemm_plus: *masked and *added tell whether the product applied them */
+/* relcl__gemm_in; with an epilogue epi (flags.h RELCL_GEMM_*, its operand M in mask, rows
+ * ldm apart) relcl__gemm_relu_masked and relcl__gemm_bias; with a second term (t2)
+ * relcl__gemm_plus: *applied and *added tell whether the product applied them */
 static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                              bool trans_b, size_t m, size_t n, size_t k, float alpha,
                              relcl_buf a, size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                              size_t stride_b, float beta, relcl_buf c, size_t ldc,
-                             size_t stride_c, size_t batch, relcl_buf mask, size_t ldm,
-                             bool *masked, const relcl__gemm_term *t2, size_t heads,
+                             size_t stride_c, size_t batch, relcl_buf mask, size_t ldm, int epi,
+                             bool *applied, const relcl__gemm_term *t2, size_t heads,
                              size_t c_head, bool *added) {
-  *masked = *added = false;
+  *applied = *added = false;
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
   relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
@@ -487,9 +488,12 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   const how_t how = route(ctx, trans_a, trans_b, m, n, k, batch, &len);
   /* a single product for gemm_cpu_batch's blocks of rows (cpu_product) */
   const size_t chunk = how == CPU && batch == 1 ? narrow_chunk(ctx, trans_a, trans_b, m, k) : 0;
-  /* only gemm_cpu's single products take a mask: the caller applies it otherwise */
-  if (how != CPU || batch > 1 || chunk > 0) mask = RELCL_BUF_NONE;
-  *masked = mask.mem != NULL;
+  /* only gemm_cpu's single products take an epilogue, and a bias only in a sum of one piece
+   * (ReLU's backward, 0 or 1 times each slice's sum, goes on every slice): the caller applies
+   * it otherwise */
+  if (how != CPU || batch > 1 || chunk > 0 || ((epi & RELCL_GEMM_BIAS) && len < k) || !mask.mem)
+    epi = 0;
+  *applied = epi != 0;
   /* only gemm_cpu_batch's batches take a second term (relcl__gemm_plus runs it apart else) */
   if (!batch_kernel(how, batch, len, k) || (t2 && t2->k == 0)) t2 = NULL;
   *added = t2 != NULL;
@@ -534,8 +538,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     case CPU:
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, ta, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, t2, heads,
-                       c_head, b_panel, e);
+                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, epi, t2,
+                       heads, c_head, b_panel, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
@@ -560,8 +564,12 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   if (st == RELCL_OK && ev) {
     char name[160], plus[32] = ""; /* a second term's length: "+17" */
     if (t2) snprintf(plus, sizeof plus, "+%zu", t2->k);
+    const char *store = !epi                      ? ""
+                        : epi & RELCL_GEMM_RELU_BWD ? " relu'"
+                        : epi & RELCL_GEMM_RELU     ? " +bias relu"
+                                                    : " +bias";
     snprintf(name, sizeof name, "%s%s%s%s %zux%zux%zu%s x%zu", kind, trans_a ? " A^T" : "",
-             trans_b ? " B^T" : "", *masked ? " relu'" : "", m, n, k, plus, batch);
+             trans_b ? " B^T" : "", store, m, n, k, plus, batch);
     const size_t sum = k + (t2 ? t2->k : 0); /* rated as the one sum it is */
     relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, sum, batch}, start, ev);
   } else {
@@ -578,7 +586,7 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t stride_c, size_t batch) {
   bool masked, added;
   return gemm_run(ctx, part, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, &masked, NULL, 1, 0,
+                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, 0, &masked, NULL, 1, 0,
                   &added);
 }
 
@@ -595,11 +603,11 @@ relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool 
   if (heads <= 1 || batch_kernel(how, batch, len, k)) {
     relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b,
                                ldb, stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0,
-                               &masked, t2, heads, c_head, &added);
+                               0, &masked, t2, heads, c_head, &added);
     if (st != RELCL_OK || added || !t2) return st;
     return gemm_run(ctx, part2, false, false, m, n, t2->k, alpha, t2->a, t2->lda, t2->stride_a,
                     t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, RELCL_BUF_NONE,
-                    0, &masked, NULL, 1, 0, &added);
+                    0, 0, &masked, NULL, 1, 0, &added);
   }
   /* elsewhere, C in the heads' layout: a batch of the heads for each group of them */
   if (batch % heads != 0)
@@ -629,7 +637,16 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
                                      relcl_buf y, size_t ldy, bool *masked) {
   bool added;
   return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, false, m, n, k, alpha, a, lda, 0, b, ldb,
-                  0, beta, c, ldc, 0, 1, y, ldy, masked, NULL, 1, 0, &added);
+                  0, beta, c, ldc, 0, 1, y, ldy, RELCL_GEMM_RELU_BWD, masked, NULL, 1, 0, &added);
+}
+
+relcl_status relcl__gemm_bias(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
+                              relcl_buf a, size_t lda, relcl_buf b, size_t ldb, relcl_buf c,
+                              size_t ldc, relcl_buf bias, bool relu, bool *applied) {
+  bool added;
+  const int epi = RELCL_GEMM_BIAS | (relu ? RELCL_GEMM_RELU : 0);
+  return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, trans_b, m, n, k, 1.0f, a, lda, 0, b, ldb,
+                  0, 0.0f, c, ldc, 0, 1, bias, 0, epi, applied, NULL, 1, 0, &added);
 }
 
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,

@@ -140,4 +140,11 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
                                      float alpha, relcl_buf a, size_t lda, relcl_buf b,
                                      size_t ldb, float beta, relcl_buf c, size_t ldc,
                                      relcl_buf y, size_t ldy, bool *masked);
+
+/* relcl__gemm's C = A op(B) + bias by column (a row of n), then max(., 0) with relu, in the
+ * store where relcl's gemm_cpu runs the product in one piece, with the bits of the separate
+ * pass (bias_add). *applied false: C = A op(B) alone, and the caller adds the bias. */
+relcl_status relcl__gemm_bias(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
+                              relcl_buf a, size_t lda, relcl_buf b, size_t ldb, relcl_buf c,
+                              size_t ldc, relcl_buf bias, bool relu, bool *applied);
 #endif
