@@ -371,6 +371,24 @@ inline void drop_four(uint g, int k0, int k1, int k2, int k3, __global const flo
   }
 }
 
+/* Keep bits: element e's decision is bit e mod 32 of word e / 32, 1 kept, 0 dropped; in the
+ * item shape's masks (mk[b] lane l: element 8b + l of a run of 32), bit 8b + l of the run's
+ * word. keep_word packs a run's four masks, keep_masks unpacks them, both through a private
+ * array: Oclgrind's uninitialized-value checker crashes on a vector's lanes taken one by one
+ * (t.s0 | t.s1 ...). 32 shifts a run beside Philox's rounds cost nothing measurable. */
+inline uint keep_word(const int8 *mk) {
+  int e[32];
+  for (int b = 0; b < 4; b++) vstore8(mk[b], b, e);
+  uint w = 0u;
+  for (int i = 0; i < 32; i++) w |= (uint)(e[i] & 1) << i;
+  return w;
+}
+inline void keep_masks(int8 *mk, uint word) {
+  int e[32];
+  for (int i = 0; i < 32; i++) e[i] = -(int)((word >> i) & 1u);
+  for (int b = 0; b < 4; b++) mk[b] = vload8(b, e);
+}
+
 /* The item shape's eight elements i .. i+7 (bias columns c .. c+7) under the mask mk (-1
  * kept, 0 dropped) */
 inline void drop_eight(__global const float *x, __global const float *bias,
@@ -388,22 +406,34 @@ __kernel void dropout_apply(__global const float *x, uint x_off, __global const 
                             uint b_off, __global const float *res, uint r_off,
                             __global float *y, uint y_off, uint n, uint cols, int flags,
                             uint threshold, float scale, uint seed_lo, uint seed_hi,
-                            uint stream_lo, uint stream_hi) {
+                            uint stream_lo, uint stream_hi, __global uint *keep,
+                            uint keep_off) {
   const int drop = flags & RELCL_DROP;
   const float s = drop ? scale : 1.0f;
   const uint calls = (n + 3) / 4;
-  x += x_off, bias += b_off, res += r_off, y += y_off;
+  x += x_off, bias += b_off, res += r_off, y += y_off, keep += keep_off;
 #ifdef RELCL_ROW_ITEM
   /* RELCL_DROP_RUNS runs of eight calls (32 elements) a work-item, the runs' masks made
-   * together (their Philox rounds interleaved), then applied run by run */
+   * together (their Philox rounds interleaved), then applied run by run. With
+   * RELCL_KEEP_SAVE the masks are also written as keep bits (the forward pass of a training
+   * step); with RELCL_KEEP_LOAD they are read from there (its backward: a masked copy at
+   * memory speed instead of Philox's rounds again). */
   const uint q0 = 8 * RELCL_DROP_RUNS * (uint)get_global_id(0);
   if (q0 >= calls) return;
   /* mk[b] lane l: -1 where element 4 q0 + 8b + l is kept */
   int8 mk[4 * RELCL_DROP_RUNS];
   for (int b = 0; b < 4 * RELCL_DROP_RUNS; b++) mk[b] = (int8)(-1);
-  if (drop) relcl_keep_masks_runs(mk, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
   /* i0 < n and c0 < cols: the differences below cannot wrap, as i0 + 128 could near 2^32 */
   const uint i0 = 4 * q0, c0 = (flags & RELCL_BIAS) ? i0 % cols : 0u;
+  /* the runs that start before n, and their words i0 / 32 + g of the keep bits */
+  const uint runs = min((uint)RELCL_DROP_RUNS, (calls - q0 + 7) / 8);
+  if (drop && (flags & RELCL_KEEP_LOAD)) {
+    for (uint g = 0; g < runs; g++) keep_masks(mk + 4 * g, keep[i0 / 32 + g]);
+  } else if (drop) {
+    relcl_keep_masks_runs(mk, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+    if (flags & RELCL_KEEP_SAVE)
+      for (uint g = 0; g < runs; g++) keep[i0 / 32 + g] = keep_word(mk + 4 * g);
+  }
   if (n - i0 >= 32u * RELCL_DROP_RUNS &&
       (!(flags & RELCL_BIAS) || cols - c0 >= 32u * RELCL_DROP_RUNS)) { /* all runs whole */
     for (int b = 0; b < 4 * RELCL_DROP_RUNS; b++)

@@ -74,6 +74,11 @@ static const layer_case cases[] = {
     {OP_DROPOUT, "dropout p=0.1 residual", 10007, 0, 0, 0.1f, 1},
     {OP_DROPOUT, "dropout p=0.5 acc", 5003, 0, 0, 0.5f, 2},
     {OP_DROPOUT, "dropout p=0.9", 20000, 0, 0, 0.9f, 3},
+    /* keep bits (a word a run of 32, four runs a work-item): a partial second word, a second
+     * work-item of one element, whole words only */
+    {OP_DROPOUT, "dropout n=33 p=0.3", 33, 0, 0, 0.3f, 0},
+    {OP_DROPOUT, "dropout n=129 residual", 129, 0, 0, 0.2f, 1},
+    {OP_DROPOUT, "dropout n=256 acc", 256, 0, 0, 0.5f, 2},
     /* linear: a rows, b in, c out; flag 1 = bias, 2 = accumulate dx */
     {OP_LINEAR, "linear rows=1", 1, 5, 7, 0, 1},
     {OP_LINEAR, "linear no bias", 9, 8, 4, 0, 0},
@@ -402,6 +407,44 @@ static void check_embedding(relcl_context *ctx, const layer_case *c) {
 
 /* ---- dropout ---- */
 
+/* The model's graph (lib/ops/ops.h's keep bits): the forward given a keep region writes its
+ * masks there where the context keeps them (CPUs) and the backward given it reads them. The
+ * results are the reference's bits either way; the region holds either its fill (nothing
+ * written) or every element's decision (bit i mod 32 of word i / 32), and the words past it
+ * keep their fill. x, r, d0, y, dx: check_dropout's inputs and reference results. */
+static void check_dropout_keep(relcl_context *ctx, const layer_case *c, const float *x,
+                               const float *r, const float *d0, const float *y,
+                               const float *dx) {
+  const size_t n = (size_t)c->a, words = relcl__keep_words(n), guard = 8;
+  const float p = c->f;
+  const int res = c->flag & 1, acc = c->flag & 2;
+  const uint64_t seed = 0xfeedbeef12345ULL, stream = 777;
+  const uint32_t fill = 0xa5a5a5a5u;
+  uint32_t *k0 = malloc((words + guard) * 4);
+  for (size_t i = 0; i < words + guard; i++) k0[i] = fill;
+  cl_mem X = tu_upload(ctx, x, n), R = tu_upload(ctx, r, n), Y = dev_zeros(ctx, n),
+         DX = tu_upload(ctx, d0, n), K = tu_upload(ctx, (const float *)k0, words + guard);
+  TU_OK(relcl__dropout_forward(ctx, n, p, seed, stream, B0(X), res ? B0(R) : RELCL_BUF_NONE,
+                               B0(Y), B0(K)));
+  uint32_t *k = (uint32_t *)tu_download(ctx, K, words + guard);
+  TU_OK(relcl__dropout_backward(ctx, n, p, seed, stream, B0(X), B0(DX), acc, B0(K)));
+  float *fy = tu_download(ctx, Y, n), *fdx = tu_download(ctx, DX, n);
+  tu_check(same_bits(fy, y, n) && same_bits(fdx, dx, n),
+           "%-28s keep bits: forward and backward bit-exact vs reference mask", c->name);
+  bool untouched = true, bits = true, guarded = true;
+  for (size_t i = 0; i < words; i++) untouched &= k[i] == fill;
+  for (size_t i = 0; i < n; i++)
+    bits &= (int)(k[i / 32] >> (i % 32) & 1u) ==
+            (p > 0.0f ? ref_dropout4_keep(seed, stream, i, p) : 1);
+  for (size_t i = words; i < words + guard; i++) guarded &= k[i] == fill;
+  tu_check((untouched || bits) && guarded,
+           "%-28s keep bits: %s, %zu words past them untouched", c->name,
+           untouched ? "none written (masks recomputed)" : bits ? "every decision" : "WRONG",
+           guard);
+  release(X), release(R), release(Y), release(DX), release(K);
+  free(k0), free(k), free(fy), free(fdx);
+}
+
 static void check_dropout(relcl_context *ctx, const layer_case *c) {
   const size_t n = (size_t)c->a;
   const float p = c->f;
@@ -438,6 +481,7 @@ static void check_dropout(relcl_context *ctx, const layer_case *c) {
   tu_check(fabs((double)dropped - n * (double)p) <= 5.0 * sd + 1.0,
            "%-28s dropped %zu of %zu (p=%.2f)", c->name, dropped, n, (double)p);
   for (int i = 0; i < 2; i++) free(fy[i]), free(fdx[i]);
+  check_dropout_keep(ctx, c, x, r, d0, y, dx);
   free(x), free(r), free(d0), free(y), free(dx);
 }
 
@@ -755,7 +799,7 @@ static void check_fused(relcl_context *ctx, const layer_case *c) {
            R = tu_upload(ctx, r, n), Y = dev_zeros(ctx, n), LX = tu_upload(ctx, lx, nx),
            LW = tu_upload(ctx, lw, nw), H = dev_zeros(ctx, n);
     TU_OK(relcl__bias_dropout_residual(ctx, rows, cols, p, seed, stream, B0(X), B0(Bm), B0(R),
-                                       B0(Y)));
+                                       B0(Y), RELCL_BUF_NONE));
     TU_OK(relcl__linear_relu_forward(ctx, rows, in, cols, B0(LX), B0(LW), B0(Bm), B0(H)));
     got[run] = tu_download(ctx, Y, n);
     hid[run] = tu_download(ctx, H, n);

@@ -396,11 +396,11 @@ static relcl_status block_fwd(relcl_decoder *d, int l, sub_kind kind, size_t x_i
                                 P(d, ln->b), Wk(d, d->u), Wk(d, d->mean), Wk(d, d->rstd)));
     TRY(sub_fwd(d, l, kind, Wk(d, d->u), &b));
     return relcl__bias_dropout_residual(d->ctx, N, D, 0.0f, 0, 0, Wk(d, d->a), b, Wk(d, x_in),
-                                        Wk(d, x_out));
+                                        Wk(d, x_out), RELCL_BUF_NONE);
   }
   TRY(sub_fwd(d, l, kind, Wk(d, x_in), &b));
   TRY(relcl__bias_dropout_residual(d->ctx, N, D, 0.0f, 0, 0, Wk(d, d->a), b, Wk(d, x_in),
-                                   Wk(d, d->s)));
+                                   Wk(d, d->s), RELCL_BUF_NONE));
   return relcl__layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, d->s), P(d, ln->g),
                                  P(d, ln->b), Wk(d, x_out), Wk(d, d->mean), Wk(d, d->rstd));
 }

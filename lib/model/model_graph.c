@@ -91,6 +91,7 @@ static void block_common(size_t *act, size_t rows, size_t D, bool pre, size_t x_
   b->mean = take(act, rows);
   b->rstd = take(act, rows);
   b->out = take(act, rows * D);
+  b->keep = take(act, relcl__keep_words(rows * D));
   b->qkv_h = b->probs = b->zm = b->h = RELCL__NONE;
 }
 
@@ -113,6 +114,7 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
   size_t act = 0, work = 0, ids = 0;
 
   L->enc_x0 = take(&act, Ns * D);
+  L->enc_keep = take(&act, relcl__keep_words(Ns * D));
   size_t x = L->enc_x0;
   for (int l = 0; l < c->enc_layers; l++) {
     relcl__block_a *sa = &L->enc[2 * l], *ff = &L->enc[2 * l + 1];
@@ -134,6 +136,7 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
   }
 
   L->dec_x0 = take(&act, Nt * D);
+  L->dec_keep = take(&act, relcl__keep_words(Nt * D));
   x = L->dec_x0;
   for (int l = 0; l < c->dec_layers; l++) {
     relcl__block_a *sa = &L->dec[3 * l], *ca = &L->dec[3 * l + 1], *ff = &L->dec[3 * l + 2];
@@ -426,11 +429,11 @@ static relcl_status block_fwd(const pass *p, const block_desc *bd, const relcl__
                                 A(p, ba->sub_in), A(p, ba->mean), A(p, ba->rstd)));
     TRY(sub_fwd(p, bd, ba, A(p, ba->sub_in), &b));
     return relcl__bias_dropout_residual(p->ctx, N, D, p->p, p->seed, stream, W(p, p->L->a), b,
-                                        A(p, ba->x_in), A(p, ba->out));
+                                        A(p, ba->x_in), A(p, ba->out), A(p, ba->keep));
   }
   TRY(sub_fwd(p, bd, ba, A(p, ba->x_in), &b));
   TRY(relcl__bias_dropout_residual(p->ctx, N, D, p->p, p->seed, stream, W(p, p->L->a), b,
-                                   A(p, ba->x_in), A(p, ba->ln_x)));
+                                   A(p, ba->x_in), A(p, ba->ln_x), A(p, ba->keep)));
   return relcl__layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->ln_x), P(p, ln->g), P(p, ln->b),
                                  A(p, ba->out), A(p, ba->mean), A(p, ba->rstd));
 }
@@ -445,14 +448,14 @@ static relcl_status block_bwd(const pass *p, const block_desc *bd, const relcl__
   const relcl__ln_p *ln = bd->ln;
   relcl_buf da = W(p, p->L->a);
   if (p->pre) {
-    TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *g, da, 0));
+    TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *g, da, 0, A(p, ba->keep)));
     TRY(sub_bwd(p, bd, ba, A(p, ba->sub_in), *t, 0));
     return relcl__layernorm_backward(p->ctx, N, D, A(p, ba->x_in), P(p, ln->g), A(p, ba->mean),
                                     A(p, ba->rstd), *t, *g, 1, G(p, ln->g), G(p, ln->b));
   }
   TRY(relcl__layernorm_backward(p->ctx, N, D, A(p, ba->ln_x), P(p, ln->g), A(p, ba->mean),
                                A(p, ba->rstd), *g, *t, 0, G(p, ln->g), G(p, ln->b)));
-  TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *t, da, 0));
+  TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *t, da, 0, A(p, ba->keep)));
   TRY(sub_bwd(p, bd, ba, A(p, ba->x_in), *t, 1));
   relcl_buf s = *g;
   *g = *t;
@@ -505,8 +508,9 @@ static block_desc dec_block(const relcl_model *m, int l, int which) {
   return bd;
 }
 
-/* x0 = dropout(sqrt(D) E[ids] (+ PE)) */
-static relcl_status embed_fwd(const pass *p, size_t ids, int n, size_t x0, int site) {
+/* x0 = dropout(sqrt(D) E[ids] (+ PE)), its keep bits at keep */
+static relcl_status embed_fwd(const pass *p, size_t ids, int n, size_t x0, size_t keep,
+                              int site) {
   const relcl_model_config *c = &p->m->cfg;
   const int rows = p->B * n;
   TRY(relcl__embedding_forward(p->ctx, rows, p->D, p->V, I(p, ids), P(p, p->m->emb),
@@ -516,14 +520,14 @@ static relcl_status embed_fwd(const pass *p, size_t ids, int n, size_t x0, int s
   if (p->p > 0.0f)
     TRY(relcl__dropout_forward(p->ctx, (size_t)rows * p->D, p->p, p->seed,
                               stream_of(p, LAYER_EMB, site), A(p, x0), RELCL_BUF_NONE,
-                              A(p, x0)));
+                              A(p, x0), A(p, keep)));
   return RELCL_OK;
 }
 
 static relcl_status encoder_fwd(const pass *p) {
   const relcl_model *m = p->m;
   const relcl__layout *L = p->L;
-  TRY(embed_fwd(p, L->src, p->S, L->enc_x0, SITE_SRC_EMB));
+  TRY(embed_fwd(p, L->src, p->S, L->enc_x0, L->enc_keep, SITE_SRC_EMB));
   for (int l = 0; l < m->cfg.enc_layers; l++)
     for (int w = 0; w < 2; w++) {
       block_desc bd = enc_block(m, l, w);
@@ -540,7 +544,7 @@ static relcl_status encoder_fwd(const pass *p) {
 static relcl_status decoder_fwd(const pass *p) {
   const relcl_model *m = p->m;
   const relcl__layout *L = p->L;
-  TRY(embed_fwd(p, L->tgt_in, p->T, L->dec_x0, SITE_TGT_EMB));
+  TRY(embed_fwd(p, L->tgt_in, p->T, L->dec_x0, L->dec_keep, SITE_TGT_EMB));
   for (int l = 0; l < m->cfg.dec_layers; l++)
     for (int w = 0; w < 3; w++) {
       block_desc bd = dec_block(m, l, w);
@@ -601,7 +605,7 @@ static relcl_status backward(const pass *p, int n_tokens) {
     }
   TRY(relcl__dropout_backward(p->ctx, p->Nt * D, p->p, p->seed,
                              stream_of(p, LAYER_EMB, SITE_TGT_EMB), g,
-                             W(p, L->d_emb + p->Ns * D), 0));
+                             W(p, L->d_emb + p->Ns * D), 0, A(p, L->dec_keep)));
   /* encoder: d enc_out was summed over the decoder layers' cross attention */
   if (p->pre) {
     g = W(p, L->g0);
@@ -621,7 +625,8 @@ static relcl_status backward(const pass *p, int n_tokens) {
       TRY(block_bwd(p, &bd, &L->enc[2 * l + w], &g, &t));
     }
   TRY(relcl__dropout_backward(p->ctx, p->Ns * D, p->p, p->seed,
-                             stream_of(p, LAYER_EMB, SITE_SRC_EMB), g, W(p, L->d_emb), 0));
+                             stream_of(p, LAYER_EMB, SITE_SRC_EMB), g, W(p, L->d_emb), 0,
+                             A(p, L->enc_keep)));
   return relcl__embedding_backward(p->ctx, n_tokens, p->D, p->V, I(p, L->csr_tok),
                                   I(p, L->csr_ofs), I(p, L->csr_pos), W(p, L->d_emb),
                                   sqrtf((float)p->D), G(p, m->emb));

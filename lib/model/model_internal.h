@@ -58,6 +58,7 @@ typedef struct relcl__dec_p {
  * merged output (zm); feed-forward hidden h. */
 typedef struct relcl__block_a {
   size_t x_in, ln_x, sub_in, mean, rstd, out;
+  size_t keep; /* the block's dropout keep bits (ops.h), from its forward to its backward */
   size_t qkv_h, probs, zm, h;
 } relcl__block_a;
 
@@ -68,6 +69,7 @@ typedef struct relcl__layout {
   /* activations */
   size_t enc_x0, enc_out, enc_mean, enc_rstd; /* enc_out: final norm (pre) or last block */
   size_t dec_x0, dec_out, dec_mean, dec_rstd;
+  size_t enc_keep, dec_keep; /* the embeddings' dropout keep bits */
   relcl__block_a *enc; /* 2 per encoder layer */
   relcl__block_a *dec; /* 3 per decoder layer */
   /* work */

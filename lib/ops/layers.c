@@ -348,10 +348,14 @@ static relcl_status dropout_check(relcl_context *ctx, const char *op, size_t n, 
   return st;
 }
 
-/* y = [y +] [residual +] dropout(x [+ bias by column of `cols`]): one pass of dropout_apply. */
+/* y = [y +] [residual +] dropout(x [+ bias by column of `cols`]): one pass of dropout_apply.
+ * With keep (ops.h's keep bits) in the item shape, the masks are written there (keep_flag
+ * RELCL_KEEP_SAVE) or read from there (RELCL_KEEP_LOAD). Zen 3 EPYC, relcl-bench's issue-8
+ * step: see dropout_backward. */
 static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, float p,
                                    uint64_t seed, uint64_t stream, relcl_buf x, relcl_buf bias,
-                                   relcl_buf res, relcl_buf y, int flags) {
+                                   relcl_buf res, relcl_buf y, relcl_buf keep, int keep_flag,
+                                   int flags) {
   if (n == 0) return RELCL_OK;
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "dropout_apply", &k);
@@ -359,8 +363,9 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, fl
   cl_uint v[6];
   float scale;
   drop_params(p, seed, stream, v, &scale);
+  const bool keeps = keep.mem != NULL && p > 0.0f && relcl__row_item(ctx);
   flags |= (p > 0.0f ? RELCL_DROP : 0) | (res.mem ? RELCL_RESIDUAL : 0) |
-           (bias.mem ? RELCL_BIAS : 0);
+           (bias.mem ? RELCL_BIAS : 0) | (keeps ? keep_flag : 0);
   cl_uint count = (cl_uint)n, ncols = (cl_uint)cols;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, x, NULL);
@@ -373,6 +378,7 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, fl
   RELCL__ARG(&a, v[0]);
   RELCL__ARG(&a, scale);
   for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
+  relcl__buf_arg(&a, keeps ? keep : RELCL_BUF_NONE, x.mem);
   /* a Philox call per four elements, a work-item per call; in the item shape a work-item per
    * 8 RELCL_DROP_RUNS calls, launched as rows are (groups of up to 64: 128 took 1.5 times as
    * long on a CPU without dropout) */
@@ -384,15 +390,17 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, fl
 
 relcl_status relcl__dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                     uint64_t stream, relcl_buf x, relcl_buf residual,
-                                    relcl_buf y) {
-  return dropout_launch(ctx, n, 1, p, seed, stream, x, RELCL_BUF_NONE, residual, y, 0);
+                                    relcl_buf y, relcl_buf keep) {
+  return dropout_launch(ctx, n, 1, p, seed, stream, x, RELCL_BUF_NONE, residual, y, keep,
+                        RELCL_KEEP_SAVE, 0);
 }
 
 relcl_status relcl__bias_dropout_residual(relcl_context *ctx, int rows, int cols, float p,
                                           uint64_t seed, uint64_t stream, relcl_buf x,
-                                          relcl_buf bias, relcl_buf residual, relcl_buf y) {
+                                          relcl_buf bias, relcl_buf residual, relcl_buf y,
+                                          relcl_buf keep) {
   return dropout_launch(ctx, (size_t)rows * (size_t)cols, (size_t)cols, p, seed, stream, x,
-                        bias, residual, y, 0);
+                        bias, residual, y, keep, RELCL_KEEP_SAVE, 0);
 }
 
 relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
@@ -400,14 +408,16 @@ relcl_status relcl_dropout_forward(relcl_context *ctx, size_t n, float p, uint64
                                    relcl_buf y) {
   relcl__clear_error();
   relcl_status st = dropout_check(ctx, "dropout forward", n, p, x, residual, y);
-  return st == RELCL_OK ? relcl__dropout_forward(ctx, n, p, seed, stream, x, residual, y) : st;
+  return st == RELCL_OK
+             ? relcl__dropout_forward(ctx, n, p, seed, stream, x, residual, y, RELCL_BUF_NONE)
+             : st;
 }
 
 relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                      uint64_t stream, relcl_buf dy, relcl_buf dx,
-                                     int accumulate) {
-  return dropout_launch(ctx, n, 1, p, seed, stream, dy, RELCL_BUF_NONE, RELCL_BUF_NONE, dx,
-                        accumulate ? RELCL_ACCUMULATE : 0);
+                                     int accumulate, relcl_buf keep) {
+  return dropout_launch(ctx, n, 1, p, seed, stream, dy, RELCL_BUF_NONE, RELCL_BUF_NONE, dx, keep,
+                        RELCL_KEEP_LOAD, accumulate ? RELCL_ACCUMULATE : 0);
 }
 
 relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
@@ -415,7 +425,8 @@ relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint6
                                     int accumulate) {
   relcl__clear_error();
   relcl_status st = dropout_check(ctx, "dropout backward", n, p, dy, RELCL_BUF_NONE, dx);
-  return st == RELCL_OK ? relcl__dropout_backward(ctx, n, p, seed, stream, dy, dx, accumulate)
+  return st == RELCL_OK ? relcl__dropout_backward(ctx, n, p, seed, stream, dy, dx, accumulate,
+                                                  RELCL_BUF_NONE)
                         : st;
 }
 

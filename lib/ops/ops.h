@@ -76,19 +76,28 @@ relcl_status relcl__argmax_rows(relcl_context *ctx, int rows, int cols, relcl_bu
 relcl_status relcl__adam_update(relcl_context *ctx, size_t n, const relcl_adam_args *args,
                                 relcl_buf param, relcl_buf grad, relcl_buf m, relcl_buf v,
                                 relcl_buf sumsq);
+/* Keep bits: the forward passes below, given a region keep of relcl__keep_words(n) floats,
+ * write their masks there as bits where the context runs dropout in the item shape (CPUs);
+ * dropout backward given the same region reads them instead of running Philox again (the
+ * same decisions: the bits of the result do not change). keep RELCL_BUF_NONE: none written,
+ * none read; elsewhere (GPUs) neither happens and the backward recomputes the masks. */
+static inline size_t relcl__keep_words(size_t n) { return (n + 31) / 32; }
 relcl_status relcl__dropout_forward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                     uint64_t stream, relcl_buf x, relcl_buf residual,
-                                    relcl_buf y);
+                                    relcl_buf y, relcl_buf keep);
 /* y (rows, cols) = residual + dropout(x + bias), bias (cols) added by column: a residual
  * block's output GEMM (run without its bias) to the sum that feeds layer norm, in one pass.
  * The mask and the float operations are those of linear forward with the bias followed by
  * dropout forward with the residual: the results are the same bits. */
 relcl_status relcl__bias_dropout_residual(relcl_context *ctx, int rows, int cols, float p,
                                           uint64_t seed, uint64_t stream, relcl_buf x,
-                                          relcl_buf bias, relcl_buf residual, relcl_buf y);
+                                          relcl_buf bias, relcl_buf residual, relcl_buf y,
+                                          relcl_buf keep);
+/* keep: the region the forward pass of the same n, p, seed and stream wrote, or
+ * RELCL_BUF_NONE */
 relcl_status relcl__dropout_backward(relcl_context *ctx, size_t n, float p, uint64_t seed,
                                      uint64_t stream, relcl_buf dy, relcl_buf dx,
-                                     int accumulate);
+                                     int accumulate, relcl_buf keep);
 relcl_status relcl__relu_forward(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf y);
 relcl_status relcl__relu_backward(relcl_context *ctx, size_t n, relcl_buf y, relcl_buf dy,
                                   relcl_buf dx);
