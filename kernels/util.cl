@@ -27,13 +27,40 @@ __kernel void fill(__global float *x, uint x_off, uint n, float value) {
 #else
 #define T_SIDE 8u
 #endif
+/* With sums (not 0), also the block's column sums of in, rows in order, at sums + (r0 / T_SIDE)
+ * cols + c0: the partial sums colsum_finish (layers.cl) adds up, in order, to in's column
+ * sums (gemm.c's weight gradients: the bias gradient from the copy of dy, with no pass of its
+ * own). Read again from the block just moved, in cache. */
+inline void transpose_sums(__global const float *in, uint ld_in, __global float *sums, uint nr,
+                           uint nc) {
+#ifdef RELCL_ROW_ITEM
+  if (nc == 16) {
+    float8 s0 = (float8)(0.0f), s1 = (float8)(0.0f);
+    for (uint r = 0; r < nr; r++) {
+      s0 += vload8(0, in + r * ld_in);
+      s1 += vload8(1, in + r * ld_in);
+    }
+    vstore8(s0, 0, sums);
+    vstore8(s1, 1, sums);
+    return;
+  }
+#endif
+  for (uint c = 0; c < nc; c++) {
+    float s = 0.0f;
+    for (uint r = 0; r < nr; r++) s += in[r * ld_in + c];
+    sums[c] = s;
+  }
+}
+
 __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __global float *out,
                         uint out_off, uint ld_out, uint rows, uint cols, uint panel,
-                        uint panel_stride) {
+                        uint panel_stride, __global float *sums, uint s_off, int with_sums) {
   const uint c0 = get_global_id(0) * T_SIDE, r0 = get_global_id(1) * T_SIDE;
   if (c0 >= cols || r0 >= rows) return;
   in += in_off + r0 * ld_in + c0;
   out += out_off + c0 * ld_out + (panel ? r0 / panel * panel_stride + r0 % panel : r0);
+  const uint nc = min(cols - c0, T_SIDE), nr = min(rows - r0, T_SIDE);
+  if (with_sums) transpose_sums(in, ld_in, sums + s_off + r0 / T_SIDE * cols + c0, nr, nc);
   const bool whole = c0 + T_SIDE <= cols && r0 + T_SIDE <= rows;
 #if defined(RELCL_ROW_ITEM) && defined(RELCL_POCL)
   if (whole) {
@@ -56,7 +83,6 @@ __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __glo
     return;
   }
 #endif
-  const uint nc = min(cols - c0, T_SIDE), nr = min(rows - r0, T_SIDE);
   for (uint c = 0; c < nc; c++)
     for (uint r = 0; r < nr; r++) out[c * ld_out + r] = in[r * ld_in + c];
 }

@@ -84,6 +84,13 @@ static const layer_case cases[] = {
     {OP_LINEAR, "linear no bias", 9, 8, 4, 0, 0},
     {OP_LINEAR, "linear 130x33x17 acc", 130, 33, 17, 0, 3},
     {OP_LINEAR, "linear 64x128x384", 64, 128, 384, 0, 1},
+    /* the bias gradient from the weight gradient's transposed copy of dy (gemm.c: on a CPU
+     * with a sum over 64 rows and 256 columns or more; with AVX-512 only where dy's rows are
+     * 1024 floats or more): one output, a last block of 6 rows; 40 outputs, a last block of
+     * 8 columns and 13 rows; 1040 outputs */
+    {OP_LINEAR, "linear 70x256x1", 70, 256, 1, 0, 1},
+    {OP_LINEAR, "linear 1037x256x40 acc", 1037, 256, 40, 0, 3},
+    {OP_LINEAR, "linear 300x256x1040", 300, 256, 1040, 0, 1},
     /* rows over 16 tiles of CLBlast's kernel and not a whole number of them: one product for
      * the whole tiles and one for the rest (lib/runtime/gemm.c) under a tuning that gives
      * the tile; the weight gradient's 1037 rows in K_CHUNK slices of 384 */

@@ -492,9 +492,15 @@ relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int ou
   if (dx.mem)
     st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0,
                      accumulate ? 1.0f : 0.0f, dx, I, 0, 1);
+  /* the bias gradient from the weight gradient's copy of dy where it makes one (CPUs),
+   * else in a pass of its own */
+  relcl__colsums sums = {NULL, 0};
   if (st == RELCL_OK && dW.mem)
-    st = relcl__gemm(ctx, true, false, O, I, R, 1.0f, dy, O, 0, x, I, 0, 1.0f, dW, I, 0, 1);
-  if (st == RELCL_OK && db.mem) st = relcl__colsum(ctx, rows, out, dy, out, db, 1);
+    st = relcl__gemm_wgrad(ctx, O, I, R, dy, O, x, I, dW, I, db.mem ? &sums : NULL);
+  if (st == RELCL_OK && db.mem)
+    st = sums.part ? relcl__colsum_finish(ctx, sums.part, 0, (int)sums.chunks, out, db, 1)
+                   : relcl__colsum(ctx, rows, out, dy, out, db, 1);
+  relcl__pool_put(ctx, sums.part); /* the queue is in order: colsum_finish has read it */
   return st;
 }
 

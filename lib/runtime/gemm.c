@@ -63,11 +63,16 @@ static bool own_transpose(const relcl_context *ctx, size_t k, size_t rows_tile_d
          rows_tile_dim % tile == 0 && k % ctx->gemm_k_tile == 0;
 }
 
+/* The rows of x whose column sums one block of the transpose adds up (kernels/util.cl's
+ * T_SIDE): the chunks of its partial sums are ceil(rows / this) */
+static size_t transpose_side(const relcl_context *ctx) { return ctx->row_item ? 16 : 8; }
+
 /* relcl__transpose, with panel > 0 into panels of that many of out's columns, panel_stride
- * floats apart (kernels/util.cl) */
+ * floats apart, and with sums.mem set x's partial column sums there (chunks of
+ * transpose_side() rows, cols floats apart: kernels/util.cl) */
 static relcl_status transpose_run(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
                                   size_t ld, relcl_buf out, size_t ld_out, size_t panel,
-                                  size_t panel_stride) {
+                                  size_t panel_stride, relcl_buf sums) {
   if (rows == 0 || cols == 0) return RELCL_OK;
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "util", "transpose", &k);
@@ -83,9 +88,12 @@ static relcl_status transpose_run(relcl_context *ctx, relcl_buf x, size_t rows, 
   const cl_uint pw = (cl_uint)panel, ps = (cl_uint)panel_stride;
   RELCL__ARG(&a, pw);
   RELCL__ARG(&a, ps);
+  const cl_int with_sums = sums.mem != NULL;
+  relcl__buf_arg(&a, sums, out.mem);
+  RELCL__ARG(&a, with_sums);
   if (a.err != CL_SUCCESS) return relcl__cl_fail(a.err, "clSetKernelArg(transpose)");
   /* blocks of 8 x 8 a work-item, or of 16 x 16 in the item shape (kernels/util.cl) */
-  const size_t side = ctx->row_item ? 16 : 8;
+  const size_t side = transpose_side(ctx);
   const size_t bc = (cols + side - 1) / side;
   size_t wg[2] = {relcl__pow2_wg(bc, k->max_wg < 16 ? k->max_wg : 16), 1};
   size_t global[2] = {(bc + wg[0] - 1) / wg[0] * wg[0], (rows + side - 1) / side};
@@ -95,15 +103,23 @@ static relcl_status transpose_run(relcl_context *ctx, relcl_buf x, size_t rows, 
 
 relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
                               size_t ld, relcl_buf out, size_t ld_out) {
-  return transpose_run(ctx, x, rows, cols, ld, out, ld_out, 0, 0);
+  return transpose_run(ctx, x, rows, cols, ld, out, ld_out, 0, 0, RELCL_BUF_NONE);
 }
 
-/* x^T into a scratch buffer *out (cols x rows, ld rows) the caller gives back to the pool. */
+/* x^T into a scratch buffer *out (cols x rows, ld rows) the caller gives back to the pool;
+ * with sums (not NULL), x's partial column sums into another, *sums (transpose_run). */
 static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
-                                    size_t ld, cl_mem *out) {
+                                    size_t ld, cl_mem *out, relcl__colsums *sums) {
   relcl_status st = relcl__pool_get(ctx, rows * cols * sizeof(float), out);
-  return st == RELCL_OK ? relcl__transpose(ctx, x, rows, cols, ld, relcl_buf_at(*out, 0), rows)
-                        : st;
+  relcl_buf s = RELCL_BUF_NONE;
+  if (st == RELCL_OK && sums) {
+    sums->chunks = (rows + transpose_side(ctx) - 1) / transpose_side(ctx);
+    st = relcl__pool_get(ctx, sums->chunks * cols * sizeof(float), &sums->part);
+    s = relcl_buf_at(sums->part, 0);
+  }
+  return st == RELCL_OK
+             ? transpose_run(ctx, x, rows, cols, ld, relcl_buf_at(*out, 0), rows, 0, 0, s)
+             : st;
 }
 
 /* gemm_cpu's B in panels of 2 W columns (kernels/gemm.cl's gemm_pack): each block of the
@@ -147,7 +163,8 @@ static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf b, size_t l
   if (st != RELCL_OK) return st;
   *panel = k * w;
   if (trans) /* B's rows are op(B)'s columns */
-    return transpose_run(ctx, b, n, k, ldb, relcl_buf_at(*out, 0), w, w, k * w);
+    return transpose_run(ctx, b, n, k, ldb, relcl_buf_at(*out, 0), w, w, k * w,
+                         RELCL_BUF_NONE);
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
   const cl_uint lb = (cl_uint)ldb, kk = (cl_uint)k, nn = (cl_uint)n;
   relcl__buf_arg(&args, b, NULL);
@@ -175,11 +192,11 @@ static relcl_status one_call(relcl_context *ctx, bool trans_a, bool trans_b, siz
   cl_mem ta = NULL, tb = NULL;
   relcl_status st = RELCL_OK;
   if (!trans_a && own_transpose(ctx, k, m, ctx->gemm_row_tile)) {
-    st = transposed_copy(ctx, a, m, k, lda, &ta);
+    st = transposed_copy(ctx, a, m, k, lda, &ta, NULL);
     a = relcl_buf_at(ta, 0), lda = m, trans_a = true;
   }
   if (st == RELCL_OK && trans_b && own_transpose(ctx, k, n, ctx->gemm_col_tile)) {
-    st = transposed_copy(ctx, b, n, k, ldb, &tb);
+    st = transposed_copy(ctx, b, n, k, ldb, &tb, NULL);
     b = relcl_buf_at(tb, 0), ldb = n, trans_b = false;
   }
   if (st == RELCL_OK) {
@@ -367,7 +384,7 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   if (trans_b) {
     st = panels(ctx, true, b, ldb, k, n, &tb, &b_panel);
     const bool rows = st == RELCL_OK && !tb;
-    if (rows) st = transposed_copy(ctx, b, n, k, ldb, &tb);
+    if (rows) st = transposed_copy(ctx, b, n, k, ldb, &tb, NULL);
     b = relcl_buf_at(tb, 0), ldb = rows ? n : nr;
   }
   const cl_uint panel = (cl_uint)(b_panel ? b_panel : nr); /* B's blocks this far apart */
@@ -465,15 +482,17 @@ static bool batch_kernel(how_t how, size_t batch, size_t len, size_t k) {
 
 /* relcl__gemm_in; with an epilogue epi (flags.h RELCL_GEMM_*, its operand M in mask, rows
  * ldm apart) relcl__gemm_relu_masked and relcl__gemm_bias; with a second term (t2)
- * relcl__gemm_plus: *applied and *added tell whether the product applied them */
+ * relcl__gemm_plus: *applied and *added tell whether the product applied them; with sums
+ * (relcl__gemm_wgrad), A's partial column sums where A is copied out transposed */
 static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                              bool trans_b, size_t m, size_t n, size_t k, float alpha,
                              relcl_buf a, size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                              size_t stride_b, float beta, relcl_buf c, size_t ldc,
                              size_t stride_c, size_t batch, relcl_buf mask, size_t ldm, int epi,
                              bool *applied, const relcl__gemm_term *t2, size_t heads,
-                             size_t c_head, bool *added) {
+                             size_t c_head, bool *added, relcl__colsums *sums) {
   *applied = *added = false;
+  if (sums) *sums = (relcl__colsums){NULL, 0};
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
   relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
@@ -522,7 +541,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   bool ta = trans_a;
   if (st == RELCL_OK && long_single && trans_a && n >= RELCL_CPU_PACK_REUSE &&
       lda >= RELCL_CPU_PACK_LD(w)) {
-    st = transposed_copy(ctx, a, k, m, lda, &pa);
+    st = transposed_copy(ctx, a, k, m, lda, &pa, sums);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
   for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
@@ -586,8 +605,8 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t stride_c, size_t batch) {
   bool masked, added;
   return gemm_run(ctx, part, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, 0, &masked, NULL, 1, 0,
-                  &added);
+                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, 0, &masked, NULL,
+                  1, 0, &added, NULL);
 }
 
 relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
@@ -603,11 +622,11 @@ relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool 
   if (heads <= 1 || batch_kernel(how, batch, len, k)) {
     relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b,
                                ldb, stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0,
-                               0, &masked, t2, heads, c_head, &added);
+                               0, &masked, t2, heads, c_head, &added, NULL);
     if (st != RELCL_OK || added || !t2) return st;
     return gemm_run(ctx, part2, false, false, m, n, t2->k, alpha, t2->a, t2->lda, t2->stride_a,
                     t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, RELCL_BUF_NONE,
-                    0, 0, &masked, NULL, 1, 0, &added);
+                    0, 0, &masked, NULL, 1, 0, &added, NULL);
   }
   /* elsewhere, C in the heads' layout: a batch of the heads for each group of them */
   if (batch % heads != 0)
@@ -637,7 +656,8 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
                                      relcl_buf y, size_t ldy, bool *masked) {
   bool added;
   return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, false, m, n, k, alpha, a, lda, 0, b, ldb,
-                  0, beta, c, ldc, 0, 1, y, ldy, RELCL_GEMM_RELU_BWD, masked, NULL, 1, 0, &added);
+                  0, beta, c, ldc, 0, 1, y, ldy, RELCL_GEMM_RELU_BWD, masked, NULL, 1, 0, &added,
+                  NULL);
 }
 
 relcl_status relcl__gemm_bias(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
@@ -646,7 +666,21 @@ relcl_status relcl__gemm_bias(relcl_context *ctx, bool trans_b, size_t m, size_t
   bool added;
   const int epi = RELCL_GEMM_BIAS | (relu ? RELCL_GEMM_RELU : 0);
   return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, trans_b, m, n, k, 1.0f, a, lda, 0, b, ldb,
-                  0, 0.0f, c, ldc, 0, 1, bias, 0, epi, applied, NULL, 1, 0, &added);
+                  0, 0.0f, c, ldc, 0, 1, bias, 0, epi, applied, NULL, 1, 0, &added, NULL);
+}
+
+relcl_status relcl__gemm_wgrad(relcl_context *ctx, size_t m, size_t n, size_t k, relcl_buf a,
+                               size_t lda, relcl_buf b, size_t ldb, relcl_buf c, size_t ldc,
+                               relcl__colsums *sums) {
+  bool applied, added;
+  relcl_status st =
+      gemm_run(ctx, RELCL_PART_CONTENT_GEMM, true, false, m, n, k, 1.0f, a, lda, 0, b, ldb, 0,
+               1.0f, c, ldc, 0, 1, RELCL_BUF_NONE, 0, 0, &applied, NULL, 1, 0, &added, sums);
+  if (st != RELCL_OK && sums && sums->part) {
+    relcl__pool_put(ctx, sums->part);
+    *sums = (relcl__colsums){NULL, 0};
+  }
+  return st;
 }
 
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,

@@ -141,6 +141,23 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
                                      size_t ldb, float beta, relcl_buf c, size_t ldc,
                                      relcl_buf y, size_t ldy, bool *masked);
 
+/* Partial column sums of a product's A, made as relcl__gemm_wgrad copies A out: part holds
+ * chunks rows of m floats whose sum in row order is A's column sums (layers.cl's
+ * colsum_finish adds them up); a pool buffer the caller gives back (relcl__pool_put). part
+ * NULL: none made. */
+typedef struct relcl__colsums {
+  cl_mem part;
+  size_t chunks;
+} relcl__colsums;
+
+/* A weight gradient, C (m x n) += A^T B with A k x m and B k x n as laid out (relcl__gemm);
+ * with sums (not NULL), where relcl's gemm_cpu copies A out transposed first (CPUs), A's
+ * partial column sums from that copy: a linear layer's bias gradient without a pass over dy
+ * of its own. */
+relcl_status relcl__gemm_wgrad(relcl_context *ctx, size_t m, size_t n, size_t k, relcl_buf a,
+                               size_t lda, relcl_buf b, size_t ldb, relcl_buf c, size_t ldc,
+                               relcl__colsums *sums);
+
 /* relcl__gemm's C = A op(B) + bias by column (a row of n), then max(., 0) with relu, in the
  * store where relcl's gemm_cpu runs the product in one piece, with the bits of the separate
  * pass (bias_add). *applied false: C = A op(B) alone, and the caller adds the bias. */
