@@ -509,9 +509,13 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   const size_t chunk = how == CPU && batch == 1 ? narrow_chunk(ctx, trans_a, trans_b, m, k) : 0;
   /* only gemm_cpu's single products take an epilogue, and a bias only in a sum of one piece
    * (ReLU's backward, 0 or 1 times each slice's sum, goes on every slice): the caller applies
-   * it otherwise */
-  if (how != CPU || batch > 1 || chunk > 0 || ((epi & RELCL_GEMM_BIAS) && len < k) || !mask.mem)
-    epi = 0;
+   * it otherwise. A bias only with 8 floats or fewer a vector: on the Zen 5 EPYC (AVX-512) a
+   * bias and ReLU in the store made the products 3 to 6% slower, more than the bias_add
+   * passes it saved (docs/speed.md, session 21); on the Zen 3 (AVX2) relcl-bench op by op
+   * put the products with and without it within 5% of each other (the spread of its runs)
+   * and the step lost its 18 bias_add passes (session 28). */
+  const bool bias_ok = !(epi & RELCL_GEMM_BIAS) || (len == k && ctx->cpu_vec <= 8);
+  if (how != CPU || batch > 1 || chunk > 0 || !bias_ok || !mask.mem) epi = 0;
   *applied = epi != 0;
   /* only gemm_cpu_batch's batches take a second term (relcl__gemm_plus runs it apart else) */
   if (!batch_kernel(how, batch, len, k) || (t2 && t2->k == 0)) t2 = NULL;
