@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""relcl-tune from outside, on tiny sizes (seconds, not minutes):
+"""relcl-tune from outside, on tiny sizes:
   - --quick with a short --budget on 128^3 products writes a tuning file for this device
     (name, driver, platform, device type, at least the Xgemm parameters, the GEMM rate it
     measured), which relcl-info then reports as applied, measured on this device;
@@ -19,7 +19,24 @@
     with its exit status and the last line of its standard error, exit 1, nothing written;
   - bad flags: one line, exit 2.
 
-usage: test_tune.py relcl-tune relcl-info
+CLBlast's tuners are external programs (clblast-utils). The first --quick run uses the real
+ones: they run, and their tables are read. With --stand-in-tuners (the sanitized build, where
+what is worth checking is relcl-tune's own code) stand-ins take their place in that run too
+(stand_in_tuners), and the checks are then exact: the fastest matching row of each table is
+the result, the routine tuner's times are recorded and give the switch between them. The
+second --quick run (the step check's second stage) always uses the stand-ins.
+
+Most of the time is PoCL compiling CLBlast's kernels, for each new parameter set (and each
+XGEMM_MIN_INDIRECT_SIZE: it is in the program's source). On the 2-core AMD EPYC Zen 3 (PoCL
+device pthread-haswell-AMD EPYC), shared with other work, so approximate: the release build
+from an empty PoCL cache 495 s (before the stand-ins and budgets above: 525 to 653 s), 404 to
+435 s of it the real run (its switch stage compiles four programs, 197 s; the step check's
+product checks 106 s); then the sanitized build on the same cache, as test.sh runs them,
+52 s (before: 182 to 229 s); with a warm cache 108 to 130 s and 53 to 56 s (before: 242 s
+and 153 s). The sanitized build alone from an empty cache compiles all that under ASan: its
+first run took over the 600 s a run may take.
+
+usage: test_tune.py [--stand-in-tuners] relcl-tune relcl-info
 Prints one line per check and ends with "N passed, M failed".
 """
 import json
@@ -31,6 +48,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 passed = failed = 0
 
@@ -56,36 +74,137 @@ def fake_bench(path, cases):
     return path
 
 
-def fake_tuner(dir, name, params):
-    """Writes in dir a stand-in for the CLBlast tuner name that prints one timed row of its
-    table, with params (a dict; none: no row, as a tuner that timed nothing)."""
-    names, values = " ".join(params), " ".join(str(v) for v in params.values())
-    rows = (f"echo '* Parameters explored: {names}'\n"
-            f"echo '|    1 |     1 | {values} |   1   1 |   1   1 |  OK  1 ms |  1.00 ms |  1.0 "
-            f"|  results match |'\n") if params else ""
+# What the stand-in tuners report. Xgemm: relcl's first CPU set (cpu_xgemm_sets in
+# apps/relcl-tune.c), which the CPU sweep always times, so that the sweep compiles no CLBlast
+# program the tuners' set did not; XgemmDirect: the shipped file's (tuning/), not relcl's own
+# set, so that the step check's second stage has something to replace. In the tuners' order.
+STAND_IN_XGEMM = {"GEMMK": 0, "MWG": 32, "NWG": 32, "KWG": 128, "MDIMC": 4, "NDIMC": 4,
+                  "MDIMA": 4, "NDIMB": 4, "KWI": 2, "VWM": 8, "VWN": 8, "STRM": 1, "STRN": 0,
+                  "SA": 0, "SB": 0, "KREG": 1}
+STAND_IN_DIRECT = {"WGD": 8, "MDIMCD": 4, "NDIMCD": 4, "MDIMAD": 4, "NDIMBD": 4, "KWID": 2,
+                   "VWMD": 2, "VWND": 2, "PADA": 1, "PADB": 1}
+# The routine tuner's stand-in times (indirect, direct ms) at two shapes: the direct kernel
+# faster at 128^3, the indirect at 256^3, so that the switch relcl-tune derives lies between
+# them, at 256. That is one of the values relcl's own switch stage times with relcl's sets, so
+# the CPU set's candidate is a CLBlast program the release build's real run has compiled (the
+# switch is in the program's source), which the sanitized build then finds in PoCL's cache.
+STAND_IN_ROUTINE = {"128x128x128": (2.0, 1.5), "256x256x256": (9.0, 12.0)}
+STAND_IN_SWITCH = 256
+
+
+def tuner_table(params, rows):
+    """Shell lines printing a CLBlast kernel tuner's table as it does, colours included: the
+    parameter names, then a row per (parameter values, milliseconds, status)."""
+    lines = [f"* Parameters explored: {' '.join(params)} "]
+    for i, (values, ms, status) in enumerate(rows, 1):
+        lines.append(f"|{i:5d} |{len(rows):6d} | {' '.join(f'{v:4d}' for v in values)} |"
+                     f"       8       8 |      32      32 |    \\033[32mOK\\033[0m    317 ms |"
+                     f"{ms:10.2f} ms |     3.3 |     \\033[32m{status}\\033[0m |")
+    return "".join(f"printf '{line}\\n'\n" for line in lines)
+
+
+def stand_in_tuner(dir, name, body):
+    """Writes the shell script body as dir/name, executable."""
     path = os.path.join(dir, name)
     with open(path, "w") as f:
-        f.write("#!/bin/sh\n" + rows)
+        f.write("#!/bin/sh\n" + body)
     os.chmod(path, stat.S_IRWXU)
 
 
+def stand_in_tuners(dir):
+    """Writes in dir stand-ins for CLBlast's three tuners (relcl-tune runs them from PATH),
+    each failing in one line (exit 3) unless given the shapes it expects:
+      - the kernel tuners print a table in which STAND_IN_XGEMM (STAND_IN_DIRECT) is the
+        fastest row whose results match, beside a slower one and a faster one that failed;
+      - the routine tuner checks that the best parameters relcl-tune wrote for it are those,
+        and writes its result file (STAND_IN_ROUTINE's times); at the last shape it then
+        waits until relcl-tune stops it at the end of the tuners' share of the budget (as a
+        real tuner is stopped), so that relcl's CPU sweep, whose deadline comes a little
+        later, times its first set alone: each other set compiles CLBlast's kernels anew,
+        15 s or more from a cold cache."""
+    def expect(shape, then):
+        m, n, k = shape.split("x")
+        return f'  *"-m {m} -n {n} -k {k} "*) {then} ;;\n'
+
+    def unexpected(name):
+        return f'  *) echo "{name}: unexpected arguments: $*" >&2; exit 3 ;;\nesac\n'
+
+    xg, dr = STAND_IN_XGEMM, STAND_IN_DIRECT
+    slower = dict(xg, MWG=64, NWG=64, VWM=4, VWN=4)
+    stand_in_tuner(dir, "clblast_tuner_xgemm",
+                   'case "$* " in\n' + expect("128x128x128", "") +
+                   unexpected("clblast_tuner_xgemm") +
+                   tuner_table(xg, [(slower.values(), 3.0, "results match"),
+                                    (xg.values(), 2.5, "results match"),
+                                    (slower.values(), 0.5, "L2 error")]))
+    stand_in_tuner(dir, "clblast_tuner_xgemm_direct",
+                   'case "$* " in\n' + expect("64x64x64", "") +
+                   unexpected("clblast_tuner_xgemm_direct") +
+                   tuner_table(dr, [(dr.values(), 0.75, "results match"),
+                                    (dict(dr, WGD=16).values(), 0.5, "L2 error")]))
+    body = ""
+    for family, params in (("xgemm", xg), ("xgemm_direct", dr)):
+        best = " ".join(f"{p}={v}" for p, v in params.items())
+        body += (f"grep -qF '\"best_parameters\": \"{best} PRECISION=32\",' "
+                 f"clblast_{family}_1_32.json || {{\n"
+                 f"  echo 'clblast_{family}_1_32.json: not the best parameters' >&2; exit 3\n}}\n")
+    body += 'case "$* " in\n'
+    for i, (shape, (indirect, direct)) in enumerate(STAND_IN_ROUTINE.items()):
+        last = 1 if i == len(STAND_IN_ROUTINE) - 1 else ""
+        body += expect(shape, f"indirect={indirect} direct={direct} last={last}")
+    body += unexpected("clblast_tuner_routine_xgemm")
+    body += ("cat > clblast_gemm_routine_single_size_32.json <<EOF\n"
+             '{"kernel_family": "gemm_routine", "precision": "32", "results": [\n'
+             ' {"kernel": "XgemmDirectTN", "time": $direct,'
+             ' "parameters": {"XGEMM_MIN_INDIRECT_SIZE": 4096, "PRECISION": 32}},\n'
+             ' {"kernel": "Xgemm", "time": $indirect,'
+             ' "parameters": {"XGEMM_MIN_INDIRECT_SIZE": 0, "PRECISION": 32}}]}\n'
+             "EOF\n"
+             '[ -z "$last" ] || exec sleep 600\n')
+    stand_in_tuner(dir, "clblast_tuner_routine_xgemm", body)
+
+
 def run(args, env=None, timeout=600):
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+    """Runs args, printing how long it took (where the test's time goes)."""
+    t0 = time.monotonic()
+    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+    print(f"({time.monotonic() - t0:.1f} s) {os.path.basename(args[0])} {' '.join(args[1:])}")
+    return r
+
+
+def tiny(budget, routine_shapes="128x128x128"):
+    """relcl-tune --quick's flags for tiny shapes and a budget of seconds."""
+    return ["--quick", "--budget", str(budget), "--xgemm-shapes", "128x128x128",
+            "--direct-shapes", "64x64x64", "--routine-shapes", routine_shapes]
 
 
 def main():
-    tune, info = sys.argv[1], sys.argv[2]
-    tiny = ["--quick", "--budget", "40", "--xgemm-shapes", "128x128x128",
-            "--direct-shapes", "64x64x64", "--routine-shapes", "128x128x128"]
+    argv = sys.argv[1:]
+    stand_in = argv[:1] == ["--stand-in-tuners"]
+    tune, info = argv[stand_in:]
+    print("CLBlast's tuners: " + ("stand-ins (--stand-in-tuners)" if stand_in else "real"))
     with tempfile.TemporaryDirectory() as tmp:
+        stand_ins = os.path.join(tmp, "stand-in-tuners")
+        os.mkdir(stand_ins)
+        stand_in_tuners(stand_ins)
+        stand_in_env = dict(os.environ,
+                            PATH=stand_ins + os.pathsep + os.environ.get("PATH", ""))
+        # with the stand-ins: the routine tuner runs only while 5 s of the tuners' share
+        # (60% of the budget) are left, and the CPU sweep's deadline (70%) passes while
+        # relcl times K_CHUNK (stand_in_tuners)
+        stand_in_tiny = tiny(10, ",".join(STAND_IN_ROUTINE))
         out = os.path.join(tmp, "t.json")
         # the step check's runs, faked (the real ones compile CLBlast's kernels for each
-        # candidate: minutes on a CPU): the tuners' result is slowest, what applied before
-        # fastest, CLBlast's defaults in between
+        # candidate: minutes on a CPU): the tuners' result is slowest, relcl's CPU set
+        # fastest, CLBlast's defaults and what applied before in between
         bench = fake_bench(os.path.join(tmp, "fake-bench"),
                            [("off", 0.3), ("*candidate-0.json", 0.5),
                             ("*candidate-cpu.json", 0.1), ("*", 0.2)])
-        r = run([tune, *tiny, "--step-check", "quick", "--bench", bench, "--output", out])
+        # the real tuners get 60% of 30 s: Xgemm 6 s, where from a cold PoCL cache its first
+        # configuration is timed after 3 s; the routine tuner, compiling CLBlast's whole
+        # GEMM program, is always stopped (the stand-ins check what it reports)
+        r = run([tune, *(stand_in_tiny if stand_in else tiny(30)), "--step-check", "quick",
+                 "--bench", bench, "--output", out], env=stand_in_env if stand_in else None)
         print(r.stdout[-2000:], r.stderr[-2000:])
         check(r.returncode == 0, f"--quick on 128^3 exits 0 (got {r.returncode})")
         tuned = {}
@@ -103,9 +222,23 @@ def main():
             check(re.fullmatch(r"\w{12} family \d+ model \d+", tuned.get("cpu", "")) is not None,
                   f"a CPU device's file names its CPU model (PoCL names Zen 1 and 2 alike): "
                   f"{tuned.get('cpu')}")
-        xg = tuned.get("tuners_kernels", kernels).get("Xgemm", {})
+        tk = tuned.get("tuners_kernels", kernels)
+        xg = tk.get("Xgemm", {})
         check(all(isinstance(xg.get(p), int) for p in ("MWG", "NWG", "KWG", "VWM", "GEMMK")),
               f"Xgemm parameters measured: {xg}")
+        if stand_in:
+            # the tuners' tables and the routine tuner's file, read (strip_ansi, take_line,
+            # best_over_shapes, routine_times, best_switch)
+            check(xg == STAND_IN_XGEMM and tk.get("XgemmDirect") == STAND_IN_DIRECT,
+                  f"the tuners' fastest rows whose results match are their result: {xg}, "
+                  f"{tk.get('XgemmDirect')}")
+            routine = tuned.get("measured", {}).get("GemmRoutine")
+            want = [{"shape": shape, "indirect_ms": i, "direct_ms": d}
+                    for shape, (i, d) in STAND_IN_ROUTINE.items()]
+            check(routine == want, f"the routine tuner's times at each shape: {routine}")
+            switch = tk.get("GemmRoutine", {}).get("XGEMM_MIN_INDIRECT_SIZE")
+            check(switch == STAND_IN_SWITCH, f"the tuners' switch between the direct and "
+                  f"indirect kernels from those times: {STAND_IN_SWITCH} (got {switch})")
         # relcl's own split of long products, timed with the tuners' kernels: the fastest
         # K_CHUNK goes with them (none: 0 was fastest)
         kc = tuned.get("measured", {}).get("RelclGemm", {})
@@ -126,7 +259,9 @@ def main():
             got = kernels.get("GemmRoutine", {}).get("XGEMM_MIN_INDIRECT_SIZE")
             check(got == fastest, f"the file's switch is the fastest, {fastest} (got {got})")
         rate = [e for e in tuned.get("measured", {}).get("Xgemm", []) if e.get("gflops", 0) > 0]
-        check(len(rate) == 1 and rate[0]["shape"] == "128x128x128",
+        check(len(rate) == 1 and rate[0]["shape"] == "128x128x128"
+              and (not stand_in or (rate[0]["ms"] == 2.5
+                                    and abs(rate[0]["gflops"] - 2 * 128**3 / 2.5e6) < 1e-6)),
               f"the rate of the chosen Xgemm parameters is recorded: {rate}")
 
         sc = tuned.get("step_check", {})
@@ -245,23 +380,18 @@ def main():
         # on a CPU, the step check's second stage: when the winner's direct-kernel set is not
         # relcl's, the winner is timed again beside itself with relcl's set, which replaces
         # its own when faster (here the fake bench makes the tuners' result the winner and
-        # relcl's direct-kernel set faster still). The tuners are stand-ins that report the
-        # first run's final Xgemm set and no direct-kernel set (CLBlast's own then applies,
-        # not relcl's), so that every set this run compiles the first compiled too: with the
-        # real tuners' new random sets, this run took 5.5 of the test's 13 minutes from cold
-        # on a Zen 3 EPYC, compiling CLBlast's kernels.
+        # relcl's direct-kernel set faster still). The tuners are the stand-ins, so that this
+        # run compiles few CLBlast programs the first did not (with the real tuners' new
+        # random sets, it took 5.5 of the test's 13 minutes from cold on a Zen 3 EPYC), and,
+        # with their budget of 10 s, the CPU sweep times one set, not all seven (146 s
+        # there from cold, most of it compiling CLBlast's kernels for the six others)
         if tuned.get("device_type") == "CPU":
             bench2 = fake_bench(os.path.join(tmp, "fake-bench-2"),
                                 [("off", 0.3), ("*candidate-0.json", 0.1),
                                  ("*candidate-direct.json", 0.05), ("*", 0.2)])
-            replay = os.path.join(tmp, "replay")
-            os.mkdir(replay)
-            fake_tuner(replay, "clblast_tuner_xgemm", kernels.get("Xgemm", {}))
-            fake_tuner(replay, "clblast_tuner_xgemm_direct", {})
-            fake_tuner(replay, "clblast_tuner_routine_xgemm", {})
             out2 = os.path.join(tmp, "t2.json")
-            r = run([tune, *tiny, "--step-check", "quick", "--bench", bench2, "--output", out2],
-                    env=dict(os.environ, PATH=replay + os.pathsep + os.environ.get("PATH", "")))
+            r = run([tune, *stand_in_tiny, "--step-check", "quick", "--bench", bench2,
+                     "--output", out2], env=stand_in_env)
             t2 = {}
             try:
                 with open(out2, encoding="utf-8") as f:
@@ -272,8 +402,10 @@ def main():
             k2, tk2 = t2.get("kernels", {}), t2.get("tuners_kernels", {})
             relcl_direct = {"KWID": 8, "MDIMAD": 1, "MDIMCD": 1, "NDIMBD": 2, "NDIMCD": 2,
                             "PADA": 1, "PADB": 1, "VWMD": 8, "VWND": 4, "WGD": 8}
-            check(r.returncode == 0 and tk2.get("Xgemm") == kernels.get("Xgemm") is not None,
-                  f"the stand-in tuners' set is this run's tuners' result: {tk2.get('Xgemm')}")
+            check(r.returncode == 0 and tk2.get("Xgemm") == STAND_IN_XGEMM
+                  and tk2.get("XgemmDirect") == STAND_IN_DIRECT,
+                  f"the stand-in tuners' sets are this run's tuners' result: {tk2.get('Xgemm')}, "
+                  f"{tk2.get('XgemmDirect')}")
             dc = sc2.get("direct_check", {})
             dnames = [c.get("name", "") for c in dc.get("candidates", [])]
             check(r.returncode == 0 and sc2.get("chosen") == "this search (CLBlast's tuners)"
@@ -305,7 +437,7 @@ def main():
             os.chmod(p, stat.S_IRWXU)
         env = dict(os.environ, PATH=fake + os.pathsep + os.environ.get("PATH", ""))
         bad = os.path.join(tmp, "bad.json")
-        r = run([tune, *tiny, "--output", bad], env=env)
+        r = run([tune, *tiny(30), "--output", bad], env=env)
         lines = [x for x in r.stderr.splitlines() if "clblast_tuner_xgemm at" in x]
         check(r.returncode == 1 and len(lines) == 1 and "exit status 134" in lines[0]
               and "std::bad_alloc" in lines[0] and not os.path.exists(bad),
