@@ -257,7 +257,8 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
   const int rows = few ? CPU_MR / 2 : CPU_MR; /* a constant where cpu_rows is inlined */
   CPU_BLOCK_START;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
-  if (epi) /* M's rows, read by the store: asked for before the sum */
+  if (epi & RELCL_GEMM_RELU_BWD) /* the mask's rows, read by the store: asked for before the
+                                  * sum (a bias row is the same for every block: in cache) */
     for (int r = 0; r < rows && i0 + r < m; r++) {
       CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm, 0);
       if (2 * CPU_W > 16) CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm + 16, 0);

@@ -350,8 +350,9 @@ static relcl_status dropout_check(relcl_context *ctx, const char *op, size_t n, 
 
 /* y = [y +] [residual +] dropout(x [+ bias by column of `cols`]): one pass of dropout_apply.
  * With keep (ops.h's keep bits) in the item shape, the masks are written there (keep_flag
- * RELCL_KEEP_SAVE) or read from there (RELCL_KEEP_LOAD). Zen 3 EPYC, relcl-bench's issue-8
- * step: see dropout_backward. */
+ * RELCL_KEEP_SAVE) or read from there (RELCL_KEEP_LOAD): the backward then runs no Philox
+ * rounds (issue 8's step on the Zen 3: dropout 3.4-3.7% -> 2.5-2.7% of the content GEMMs'
+ * time, docs/speed.md, session 28). */
 static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, float p,
                                    uint64_t seed, uint64_t stream, relcl_buf x, relcl_buf bias,
                                    relcl_buf res, relcl_buf y, relcl_buf keep, int keep_flag,

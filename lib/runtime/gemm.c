@@ -480,19 +480,33 @@ static bool batch_kernel(how_t how, size_t batch, size_t len, size_t k) {
   return how == CPU && batch > 1 && len == k;
 }
 
-/* relcl__gemm_in; with an epilogue epi (flags.h RELCL_GEMM_*, its operand M in mask, rows
- * ldm apart) relcl__gemm_relu_masked and relcl__gemm_bias; with a second term (t2)
- * relcl__gemm_plus: *applied and *added tell whether the product applied them; with sums
- * (relcl__gemm_wgrad), A's partial column sums where A is copied out transposed */
+/* What a product may do besides C = alpha op(A) op(B) + beta C (gemm_run), each only where
+ * its route allows; zero for none. epi: an epilogue in gemm_cpu's store (flags.h
+ * RELCL_GEMM_*: relcl__gemm_relu_masked's mask, relcl__gemm_bias's bias), its operand M in
+ * mask, rows ldm apart (0: one row). t2: a second term in gemm_cpu_batch's sum
+ * (relcl__gemm_plus), heads and c_head: C in the heads' layout. sums: A's partial column sums
+ * from its transposed copy (relcl__gemm_wgrad). applied and added are set on return: whether
+ * the product applied epi, t2 (the caller does it otherwise). */
+typedef struct gemm_extra {
+  int epi;
+  relcl_buf mask;
+  size_t ldm;
+  const relcl__gemm_term *t2;
+  size_t heads, c_head;
+  relcl__colsums *sums;
+  bool applied, added;
+} gemm_extra;
+
+/* relcl__gemm_in and its variants below, with the extras in x */
 static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool trans_a,
                              bool trans_b, size_t m, size_t n, size_t k, float alpha,
                              relcl_buf a, size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                              size_t stride_b, float beta, relcl_buf c, size_t ldc,
-                             size_t stride_c, size_t batch, relcl_buf mask, size_t ldm, int epi,
-                             bool *applied, const relcl__gemm_term *t2, size_t heads,
-                             size_t c_head, bool *added, relcl__colsums *sums) {
-  *applied = *added = false;
-  if (sums) *sums = (relcl__colsums){NULL, 0};
+                             size_t stride_c, size_t batch, gemm_extra *x) {
+  x->applied = x->added = false;
+  if (x->sums) *x->sums = (relcl__colsums){NULL, 0};
+  int epi = x->epi;
+  const relcl__gemm_term *t2 = x->t2;
   if (m == 0 || n == 0 || batch == 0) return RELCL_OK;
   relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
@@ -515,11 +529,11 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * put the products with and without it within 5% of each other (the spread of its runs)
    * and the step lost its 18 bias_add passes (session 28). */
   const bool bias_ok = !(epi & RELCL_GEMM_BIAS) || (len == k && ctx->cpu_vec <= 8);
-  if (how != CPU || batch > 1 || chunk > 0 || !bias_ok || !mask.mem) epi = 0;
-  *applied = epi != 0;
+  if (how != CPU || batch > 1 || chunk > 0 || !bias_ok || !x->mask.mem) epi = 0;
+  x->applied = epi != 0;
   /* only gemm_cpu_batch's batches take a second term (relcl__gemm_plus runs it apart else) */
   if (!batch_kernel(how, batch, len, k) || (t2 && t2->k == 0)) t2 = NULL;
-  *added = t2 != NULL;
+  x->added = t2 != NULL;
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
   /* the profile's name of what ran */
@@ -545,7 +559,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   bool ta = trans_a;
   if (st == RELCL_OK && long_single && trans_a && n >= RELCL_CPU_PACK_REUSE &&
       lda >= RELCL_CPU_PACK_LD(w)) {
-    st = transposed_copy(ctx, a, k, m, lda, &pa, sums);
+    st = transposed_copy(ctx, a, k, m, lda, &pa, x->sums);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
   for (size_t k0 = 0; k0 < k && st == RELCL_OK; k0 += len) {
@@ -561,8 +575,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     case CPU:
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, ta, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, bb, c, ldc, stride_c, batch, chunk, mask, ldm, epi, t2,
-                       heads, c_head, b_panel, e);
+                       stride_b, bb, c, ldc, stride_c, batch, chunk, x->mask, x->ldm, epi, t2,
+                       x->heads, x->c_head, b_panel, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
@@ -607,10 +621,9 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                             size_t stride_b, float beta, relcl_buf c, size_t ldc,
                             size_t stride_c, size_t batch) {
-  bool masked, added;
+  gemm_extra x = {0};
   return gemm_run(ctx, part, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                  stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0, 0, &masked, NULL,
-                  1, 0, &added, NULL);
+                  stride_b, beta, c, ldc, stride_c, batch, &x);
 }
 
 relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
@@ -619,18 +632,16 @@ relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool 
                               size_t stride_b, const relcl__gemm_term *t2,
                               relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
                               size_t stride_c, size_t heads, size_t c_head, size_t batch) {
-  bool masked, added;
   if (t2 && t2->k == 0) t2 = NULL;
   size_t len;
   const how_t how = route(ctx, trans_a, false, m, n, k, batch, &len);
   if (heads <= 1 || batch_kernel(how, batch, len, k)) {
+    gemm_extra x = {.t2 = t2, .heads = heads, .c_head = c_head}, none = {0};
     relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b,
-                               ldb, stride_b, beta, c, ldc, stride_c, batch, RELCL_BUF_NONE, 0,
-                               0, &masked, t2, heads, c_head, &added, NULL);
-    if (st != RELCL_OK || added || !t2) return st;
+                               ldb, stride_b, beta, c, ldc, stride_c, batch, &x);
+    if (st != RELCL_OK || x.added || !t2) return st;
     return gemm_run(ctx, part2, false, false, m, n, t2->k, alpha, t2->a, t2->lda, t2->stride_a,
-                    t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, RELCL_BUF_NONE,
-                    0, 0, &masked, NULL, 1, 0, &added, NULL);
+                    t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, &none);
   }
   /* elsewhere, C in the heads' layout: a batch of the heads for each group of them */
   if (batch % heads != 0)
@@ -658,33 +669,29 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
                                      float alpha, relcl_buf a, size_t lda, relcl_buf b,
                                      size_t ldb, float beta, relcl_buf c, size_t ldc,
                                      relcl_buf y, size_t ldy, bool *masked) {
-  bool added;
-  return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, false, m, n, k, alpha, a, lda, 0, b, ldb,
-                  0, beta, c, ldc, 0, 1, y, ldy, RELCL_GEMM_RELU_BWD, masked, NULL, 1, 0, &added,
-                  NULL);
+  gemm_extra x = {.epi = RELCL_GEMM_RELU_BWD, .mask = y, .ldm = ldy};
+  relcl_status st = gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, false, m, n, k, alpha, a, lda,
+                             0, b, ldb, 0, beta, c, ldc, 0, 1, &x);
+  *masked = x.applied;
+  return st;
 }
 
 relcl_status relcl__gemm_bias(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
                               relcl_buf a, size_t lda, relcl_buf b, size_t ldb, relcl_buf c,
                               size_t ldc, relcl_buf bias, bool relu, bool *applied) {
-  bool added;
-  const int epi = RELCL_GEMM_BIAS | (relu ? RELCL_GEMM_RELU : 0);
-  return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, trans_b, m, n, k, 1.0f, a, lda, 0, b, ldb,
-                  0, 0.0f, c, ldc, 0, 1, bias, 0, epi, applied, NULL, 1, 0, &added, NULL);
+  gemm_extra x = {.epi = RELCL_GEMM_BIAS | (relu ? RELCL_GEMM_RELU : 0), .mask = bias};
+  relcl_status st = gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, trans_b, m, n, k, 1.0f, a,
+                             lda, 0, b, ldb, 0, 0.0f, c, ldc, 0, 1, &x);
+  *applied = x.applied;
+  return st;
 }
 
 relcl_status relcl__gemm_wgrad(relcl_context *ctx, size_t m, size_t n, size_t k, relcl_buf a,
                                size_t lda, relcl_buf b, size_t ldb, relcl_buf c, size_t ldc,
                                relcl__colsums *sums) {
-  bool applied, added;
-  relcl_status st =
-      gemm_run(ctx, RELCL_PART_CONTENT_GEMM, true, false, m, n, k, 1.0f, a, lda, 0, b, ldb, 0,
-               1.0f, c, ldc, 0, 1, RELCL_BUF_NONE, 0, 0, &applied, NULL, 1, 0, &added, sums);
-  if (st != RELCL_OK && sums && sums->part) {
-    relcl__pool_put(ctx, sums->part);
-    *sums = (relcl__colsums){NULL, 0};
-  }
-  return st;
+  gemm_extra x = {.sums = sums};
+  return gemm_run(ctx, RELCL_PART_CONTENT_GEMM, true, false, m, n, k, 1.0f, a, lda, 0, b, ldb,
+                  0, 1.0f, c, ldc, 0, 1, &x);
 }
 
 relcl_status relcl__gemm_override(cl_device_id device, const char *kernel, size_t n,

@@ -143,8 +143,8 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
 
 /* Partial column sums of a product's A, made as relcl__gemm_wgrad copies A out: part holds
  * chunks rows of m floats whose sum in row order is A's column sums (layers.cl's
- * colsum_finish adds them up); a pool buffer the caller gives back (relcl__pool_put). part
- * NULL: none made. */
+ * colsum_finish adds them up); a pool buffer the caller gives back (relcl__pool_put), also
+ * when the call failed. part NULL: none made. */
 typedef struct relcl__colsums {
   cl_mem part;
   size_t chunks;
