@@ -3,11 +3,9 @@
  *
  * Per row (bh, i), bh = b*H + h, row = bh*nq + i, query position pq = q_pos0 + i:
  *   S, D, A   (rows, nk)  logits, weights or their gradients
- *   Bk, Cb    (rows, R)   one value per relative label r in rlo .. rlo+R-1 (column r - rlo), a
- *             row for each query row in the order of Q's rows: bh*nq + i, or with
- *             RELCL_MERGED (Q in the merged layout (B, nq, H d)) (b*nq + i)*H + h
- *   P, G      the same values label-major (as the host's GEMM writes them): row (b, h, i),
- *             column c at b * p_seq + h * p_head + i * p_step + c * p_label
+ *   Bk, Cb    (rows, R)   one value per relative label r in rlo .. rlo+R-1 (column r - rlo)
+ *   P, G      the same values label-major (as the host's GEMM writes them): row bh*nq + i,
+ *             column c at bh * p_block + c * p_label + i
  *   r = clamp(j - pq, -k, k) + k
  * Labels 1..2k-1 each hold exactly one key (j = pq + r - k); label 0 sums the keys at or
  * left of pq - k and label 2k those at or right of pq + k; with k = 0 label 0 sums all.
@@ -125,23 +123,10 @@ inline void relcl_bucket_finish(__global float *bk, int pq, int nk, int k, int r
   }
 }
 
-/* The row of the label sums Bk, Cb of query row `row` = bh*nq + i (see the top) */
-inline size_t relcl_label_row(int row, int bh, int i, int H, int nq, int flags) {
-  const int b = bh / H;
-  return (flags & RELCL_MERGED) ? ((size_t)b * nq + i) * H + (bh - b * H) : (size_t)row;
-}
-
-/* Where row (bh, i)'s label values start in P or G (see the top) */
-inline size_t relcl_gather_at(int bh, int i, int H, uint seq, uint head, uint step) {
-  const int b = bh / H;
-  return (size_t)b * seq + (size_t)(bh - b * H) * head + (size_t)i * step;
-}
-
 /* Forward: S holds q.k on entry. Adds the relative logit, scales, masks, softmaxes; writes
  * alpha to probs, alpha' = dropout(alpha) over S, and the label sums of alpha' to Bk. */
 __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float *P, uint p_off,
-                            uint p_seq, uint p_head, uint p_step, uint p_label,
-                            __global float *probs,
+                            uint p_block, uint p_label, __global float *probs,
                             uint probs_off, __global float *Bk, uint b_off,
                             __global const int *key_len, uint kl_off, int rows, int H,
                             int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
@@ -154,9 +139,9 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
   __global float *s = S + s_off + (size_t)row * nk;
-  __global const float *p = P + p_off + relcl_gather_at(bh, i, H, p_seq, p_head, p_step);
+  __global const float *p = P + p_off + (size_t)bh * p_block + i;
   __global float *a = probs + probs_off + (size_t)row * nk;
-  __global float *bk = Bk + b_off + relcl_label_row(row, bh, i, H, nq, flags) * R;
+  __global float *bk = Bk + b_off + (size_t)row * R;
 
 #ifdef RELCL_ROW_ITEM
   /* The item shape (CPUs): the unmasked keys are the prefix j < lim, and exp runs on whole
@@ -260,10 +245,10 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
                              uint stream_lo, uint stream_hi, __local float *red) {
   const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   if (RELCL_ROW_PAST(row, rows)) return;
-  const int bh = row / nq, i = row - bh * nq, pq = q_pos0 + i;
+  const int pq = q_pos0 + row - (row / nq) * nq;
   __global const float *a = probs + probs_off + (size_t)row * nk;
   __global float *ad_out = A + a_off + (size_t)row * nk;
-  __global float *bk = Bk + b_off + relcl_label_row(row, bh, i, H, nq, flags) * R;
+  __global float *bk = Bk + b_off + (size_t)row * R;
 #ifdef RELCL_ROW_ITEM
   /* eight keys at a time (masked keys' alpha is 0 already) */
   relcl_masks km;
@@ -306,8 +291,7 @@ __kernel void attn_drop_rows(__global const float *probs, uint probs_off, __glob
  * dropout mask, then de = alpha (dalpha - sum_l alpha_l dalpha_l) * scale over D, and the
  * label sums of de into Cb. */
 __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float *G, uint g_off,
-                            uint g_seq, uint g_head, uint g_step, uint g_label,
-                            __global const float *probs,
+                            uint g_block, uint g_label, __global const float *probs,
                             uint probs_off, __global float *Cb, uint c_off,
                             __global const int *key_len, uint kl_off, int rows, int H,
                             int nq, int nk, int k, int rlo, int R, int q_pos0, int flags,
@@ -320,9 +304,9 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   const int pq = q_pos0 + i;
   const int len = relcl_row_len(key_len, kl_off, bh / H, nk, flags);
   __global float *dd = D + d_off + (size_t)row * nk;
-  __global const float *g = G + g_off + relcl_gather_at(bh, i, H, g_seq, g_head, g_step);
+  __global const float *g = G + g_off + (size_t)bh * g_block + i;
   __global const float *a = probs + probs_off + (size_t)row * nk;
-  __global float *cb = Cb + c_off + relcl_label_row(row, bh, i, H, nq, flags) * R;
+  __global float *cb = Cb + c_off + (size_t)row * R;
 
 #ifdef RELCL_ROW_ITEM
   /* The item shape: eight keys at a time, the unmasked ones the prefix j < lim; the dot

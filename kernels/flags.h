@@ -13,7 +13,6 @@
 #define RELCL_KEY_LEN 8  /* mask keys j >= key_len[b] */
 #define RELCL_DROPOUT 16 /* dropout on the attention weights */
 #define RELCL_WRITE_A 32 /* attn_drop_rows: write the dropped weights */
-#define RELCL_MERGED 64  /* the label sums' rows in the merged layout's order (b, i, h) */
 
 /* decode.cl: attn_step, the decoder's one-step attention over the caches */
 #define RELCL_STEP_REL_K 1    /* add q . wK[r] to the logits */

@@ -65,22 +65,19 @@ inline void heads_transpose16(__local float *dst, uint dst_ld, __global const fl
  * C[i][j] is one dot product of op(A)'s row i and B's row j, in float4 over p and then across
  * the lanes (k a multiple of 4 and A as laid out; otherwise one term at a time). float4 ran
  * as fast as float16 here (memory-bound), and needs no halving of a vector to one float, on
- * which Oclgrind's uninitialized-value checker fails. The products go in groups of heads as
- * in gemm_cpu_batch. */
+ * which Oclgrind's uninitialized-value checker fails. */
 __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
                               __global const float *A, uint a_off, uint lda, uint a_stride,
                               int trans_a, __global const float *B, uint b_off, uint ldb,
                               uint b_stride, __global float *C, uint c_off, uint ldc,
-                              uint c_stride, uint batch, uint heads, uint a_head, uint b_head,
-                              uint c_head) {
+                              uint c_stride, uint batch) {
   const uint g = get_global_id(0);
   if (g >= batch * m) return;
   const uint b = g / m, i = g - b * m; /* not g % m: LLVM then adds a freeze, which Oclgrind's
                                         * uninitialized-value checker rejects */
-  const ulong bs = b / heads, bh = b - bs * heads; /* its group and head (gemm_cpu_batch) */
-  A += a_off + bs * a_stride + bh * a_head;
-  B += b_off + bs * b_stride + bh * b_head;
-  C += c_off + bs * c_stride + bh * c_head + (size_t)i * ldc;
+  A += a_off + (ulong)b * a_stride;
+  B += b_off + (ulong)b * b_stride;
+  C += c_off + (ulong)b * c_stride + (size_t)i * ldc;
   for (uint j = 0; j < n; j++) {
     __global const float *bj = B + (size_t)j * ldb;
     float s = 0.0f;
@@ -330,36 +327,28 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_pack(
  * a harness on the Zen 5 EPYC, 32x64x32 x500 with the operands out of cache: 285 us against
  * gemm_cpu's 420, A transposed 291 against 387; in cache, 237-246 against 244-251. With k2 >
  * 0, each product has cpu_rows' second term, A2 (m x k2) B2 (k2 x n), both as laid out, at
- * strides a2_stride and b2_stride (0: one B2 for all; gemm.c's relcl__gemm_heads: a shared
- * table's label sums added to alpha V and to dQ in the same pass). With heads > 1, the
- * products go in groups of heads (runtime.h's relcl__heads): product b's X is at (b / heads)
- * x_stride + (b % heads) x_head, for each operand. So the per-head products read Q, K, V
- * and dZ, and write their results, in the merged layout a linear layer writes (a head's
- * columns d floats apart), where relcl_heads_split and relcl_heads_merge would have copied
- * them. */
+ * strides a2_stride and b2_stride (0: one B2 for all; gemm.c's relcl__gemm_plus: a shared
+ * table's label sums added to alpha V and to dQ in the same pass). With heads > 1, product
+ * b's C is at (b / heads) c_stride + (b % heads) c_head: the per-head products of a
+ * sequence's heads write straight into the merged layout, where relcl_heads_merge would have
+ * copied them. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
     uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride, uint k2,
     __global const float *A2, uint a2_off, uint lda2, uint a2_stride, __global const float *B2,
-    uint b2_off, uint ldb2, uint b2_stride, uint heads, uint a_head, uint b_head, uint c_head,
-    uint a2_head, uint b2_head) {
+    uint b2_off, uint ldb2, uint b2_stride, uint heads, uint c_head) {
   const uint j0 = get_global_id(0) * 2 * CPU_W;
   const ulong b = get_global_id(1);
-  /* product b's group and head, and the next product's (asked for as this one runs) */
+  /* product b's C: b c_stride, or with heads > 1 (b / heads) c_stride + (b % heads) c_head */
   const ulong bs = b / heads, bh = b - bs * heads, ns = (b + 1) / heads, nh = b + 1 - ns * heads;
-  __global const float *const A0 = A + a_off, *const B0 = B + b_off + j0;
-  __global const float *const A20 = A2 + a2_off, *const B20 = B2 + b2_off + j0;
   __global float *const C0 = C + c_off + j0;
-  A = A0 + bs * a_stride + bh * a_head;
-  B = B0 + bs * b_stride + bh * b_head;
+  A += a_off + b * a_stride;
+  B += b_off + b * b_stride + j0;
   C = C0 + bs * c_stride + bh * c_head;
-  A2 = A20 + bs * a2_stride + bh * a2_head;
-  B2 = B20 + bs * b2_stride + bh * b2_head;
-  __global const float *const next_a = A0 + ns * a_stride + nh * a_head;
-  __global const float *const next_b = B0 + ns * b_stride + nh * b_head;
   __global float *const next_c = C0 + ns * c_stride + nh * c_head;
-  __global const float *const next_a2 = A20 + ns * a2_stride + nh * a2_head;
+  A2 += a2_off + b * a2_stride;
+  B2 += b2_off + b * b2_stride + j0;
   /* Asking costs more than it gains with 8 floats or fewer a vector: Zen 3 EPYC (AVX2), a
    * harness alternating both forms in one process (operands out of cache, median of 41, two
    * rounds): 32x64x32 x500 1.82 and 1.85 ms asking, 1.57 and 1.55 not; +17 labels 2.34 ->
@@ -372,10 +361,12 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
   for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k + k2)
     if (m - i0 <= CPU_MR / 2)
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
-               ldc, ask, t, next_a, a_span, next_b, next_c, next_a2, a2_span, true, C, 0, 0);
+               ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
+               a2_span, true, C, 0, 0);
     else
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
-               ldc, ask, t, next_a, a_span, next_b, next_c, next_a2, a2_span, false, C, 0, 0);
+               ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
+               a2_span, false, C, 0, 0);
 }
 
 /* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha
@@ -389,8 +380,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
  * product for the next block's. Q K^T of the issue-8 step: 130-137 GFLOP/s, and 226-275 with
  * the asks, where gemm_heads' tiles (a work-group of four work-items, each eight rows by one
  * float16, B staged through local memory in slices of 32) ran at 92-94; a transposed copy of
- * the whole batch's B for gemm_cpu, at 54. The products go in groups of heads as in
- * gemm_cpu_batch. */
+ * the whole batch's B for gemm_cpu, at 54. */
 #define CPU_BT_KMAX RELCL_CPU_BT_KMAX
 
 /* gemm_cpu_bt's block of C at rows i0 .. i0 + CPU_MR - 1 (few: CPU_MR / 2, a constant where
@@ -418,18 +408,13 @@ bt_rows(uint i0, uint m, uint k, float alpha, float beta, __global const float *
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
-    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride, uint heads,
-    uint a_head, uint b_head, uint c_head) {
+    uint b_stride, __global float *C, uint c_off, uint ldc, uint c_stride) {
   __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
   const uint j0 = get_global_id(0) * 2 * CPU_W;
   const ulong b = get_global_id(1);
-  /* product b's group and head (gemm_cpu_batch), and the next product's */
-  const ulong bs = b / heads, bh = b - bs * heads, ns = (b + 1) / heads, nh = b + 1 - ns * heads;
-  __global const float *const A0 = A + a_off, *const B0 = B + b_off + (size_t)j0 * ldb;
-  __global float *const C0 = C + c_off + j0;
-  A = A0 + bs * a_stride + bh * a_head;
-  B = B0 + bs * b_stride + bh * b_head;
-  C = C0 + bs * c_stride + bh * c_head;
+  A += a_off + b * a_stride;
+  B += b_off + b * b_stride + (size_t)j0 * ldb;
+  C += c_off + b * c_stride + j0;
   const uint nn = min(n - j0, 2u * CPU_W);
   if (2 * CPU_W % 16 == 0 && nn == 2 * CPU_W && k % 16 == 0) {
     for (uint p = 0; p < k; p += 16)
@@ -448,9 +433,9 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
   const size_t a_span = one ? 0 : trans_a ? (size_t)(k - 1) * lda + m : (size_t)(m - 1) * lda + k;
   const uint next_nn = one ? min(n - j0 - nn, 2u * CPU_W) : nn; /* 0: not asked */
   const size_t b_span = ask ? (size_t)(next_nn - 1) * ldb + k : 0;
-  __global const float *na = A0 + ns * a_stride + nh * a_head;
-  __global const float *nb = one ? B + (size_t)nn * ldb : B0 + ns * b_stride + nh * b_head;
-  __global float *nc = one ? C + nn : C0 + ns * c_stride + nh * c_head;
+  __global const float *na = A + a_stride;
+  __global const float *nb = one ? B + (size_t)nn * ldb : B + b_stride;
+  __global float *nc = one ? C + nn : C + c_stride;
   /* the last block, if it has at most half of CPU_MR rows, in a block of half the height */
   for (uint i0 = 0, t = 0; i0 < m; i0 += CPU_MR, t += k)
     if (m - i0 <= CPU_MR / 2)

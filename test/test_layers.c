@@ -206,17 +206,6 @@ static const layer_case cases[] = {
     {OP_BATCHED, "heads 32x64x32+17 shared", 32, 64, 32, 17, 112},
     {OP_BATCHED, "heads A^T 37x70x13+5 beta", 37, 70, 13, 5, 85},
     {OP_BATCHED, "heads 7x20x9", 7, 20, 9, 0, 64},
-    /* flag 128: A, B and A2 merged too (attention reads Q, K, V and dZ where a linear layer
-     * wrote them): gemm_cpu_batch, gemm_cpu_bt (and its slices of 128), gemm_heads_dots on a
-     * CPU, one CLBlast batch a head elsewhere */
-    {OP_BATCHED, "merged 32x64x32+17 shared", 32, 64, 32, 17, 240},
-    {OP_BATCHED, "merged A^T 37x70x13+5 beta", 37, 70, 13, 5, 213},
-    {OP_BATCHED, "merged A^T 32x64x32", 32, 64, 32, 0, 193},
-    {OP_BATCHED, "merged B^T 32x32x64 (Q K^T)", 32, 32, 64, 0, 194},
-    {OP_BATCHED, "merged B^T 18x40x24 beta", 18, 40, 24, 0, 198},
-    {OP_BATCHED, "merged B^T 9x16x129", 9, 16, 129, 0, 194},
-    {OP_BATCHED, "merged B^T 7x7x64 (short Q K^T)", 7, 7, 64, 0, 194},
-    {OP_BATCHED, "merged B^T 10x11x13 beta", 10, 11, 13, 0, 198},
     /* flag 8: one product (batch 1): relcl's gemm_cpu on a CPU (2 W columns by 8 or 6 rows a
      * work-item; B transposed through a transposed copy), CLBlast elsewhere and in the _group
      * runs (RELCL_CPU_GEMM): whole blocks, the row and column edges, both of A's layouts */
@@ -676,25 +665,17 @@ static void check_transpose(relcl_context *ctx, const layer_case *c) {
  * 0, C holds NaN first (BLAS: C is not read); the gaps hold a sentinel that must stay. */
 static void check_batched(relcl_context *ctx, const layer_case *c) {
   const int ta = c->flag & 1, tb = (c->flag & 2) != 0, full = (c->flag & 4) != 0;
-  /* flag 64: the products in two groups of 3 heads (relcl__gemm_heads), C in the merged
-   * layout: product e's at (e / 3) sc + (e % 3) n, the heads' columns side by side; with
-   * flag 128 A, B and A2 too (attention's Q, K, V and dZ as a linear layer writes them),
-   * else those in the heads layout (each head's matrix after the other) */
-  const size_t heads = c->flag & 64 ? 3 : 1, wide = c->flag & 128 ? 3 : 1;
+  /* flag 64: C in the heads' layout, product e at (e / 3) sc + (e % 3) n, two groups of 3 */
+  const size_t heads = c->flag & 64 ? 3 : 1;
   const size_t m = (size_t)c->a, n = (size_t)c->b, k = (size_t)c->c;
   const size_t batch = c->flag & 8 ? 1 : 3 * (heads > 1 ? 2 : 1), groups = batch / heads;
-  const size_t acols = ta ? m : k, bcols = tb ? k : n;
-  const size_t lda = wide * acols + 3, ldb = wide * bcols + 1, ldc = heads * n + 2;
+  const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = heads * n + 2;
   const size_t sa = (ta ? k : m) * lda + 7, sb = (tb ? n : k) * ldb + 5, sc = m * ldc + 3;
-  /* each operand's head offset and the distance between its groups (or products) */
-  const size_t ha = wide > 1 ? acols : sa, hb = wide > 1 ? bcols : sb, hc = n;
-  const size_t ga = wide > 1 ? sa : heads * sa, gb = wide > 1 ? sb : heads * sb;
-  const size_t na = 5 + groups * ga, nb = 11 + groups * gb, nc = 2 + groups * sc;
+  const size_t na = 5 + batch * sa, nb = 11 + batch * sb, nc = 2 + groups * sc;
   /* the second term (flag 16): A2 m x k2 at 4, B2 k2 x n at 6, shared with flag 32 */
-  const size_t k2 = c->flag & 16 ? (size_t)c->f : 0, lda2 = wide * k2 + 2, ldb2 = n + 3;
+  const size_t k2 = c->flag & 16 ? (size_t)c->f : 0, lda2 = k2 + 2, ldb2 = n + 3;
   const size_t sa2 = m * lda2 + 3, sb2 = c->flag & 32 ? 0 : k2 * ldb2 + 1;
-  const size_t ha2 = wide > 1 ? k2 : sa2, ga2 = wide > 1 ? sa2 : heads * sa2;
-  const size_t na2 = 4 + groups * ga2, nb2 = 6 + (batch - 1) * sb2 + k2 * ldb2;
+  const size_t na2 = 4 + batch * sa2, nb2 = 6 + (batch - 1) * sb2 + k2 * ldb2;
   const float alpha = full ? -0.5f : 1.0f, beta = full ? 0.75f : 0.0f, sentinel = -7.25f;
   float *a = tu_alloc_host(na), *b = tu_alloc_host(nb), *c0 = tu_alloc_host(nc);
   float *a2 = tu_alloc_host(na2), *b2 = tu_alloc_host(nb2);
@@ -708,27 +689,25 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
     else if (!full) c0[i] = NAN;
     want[i] = c0[i];
   }
-  for (size_t e = 0; e < batch; e++) { /* product e, each operand where the layout puts it */
-    const size_t g = e / heads, h = e % heads;
-    double *ce = want + 2 + g * sc + h * hc;
-    ref_gemm_batched(ta, tb, (int)m, (int)n, (int)k, alpha, a + 5 + g * ga + h * ha, (int)lda,
-                     0, b + 11 + g * gb + h * hb, (int)ldb, 0, beta, ce, (int)ldc, 0, 1);
+  for (size_t e = 0; e < batch; e++) { /* product e, its C where the layout puts it */
+    double *ce = want + 2 + e / heads * sc + e % heads * n;
+    ref_gemm_batched(ta, tb, (int)m, (int)n, (int)k, alpha, a + 5 + e * sa, (int)lda, 0,
+                     b + 11 + e * sb, (int)ldb, 0, beta, ce, (int)ldc, 0, 1);
     if (k2 > 0)
-      ref_gemm_batched(0, 0, (int)m, (int)n, (int)k2, alpha, a2 + 4 + g * ga2 + h * ha2,
-                       (int)lda2, 0, b2 + 6 + e * sb2, (int)ldb2, 0, 1.0, ce, (int)ldc, 0, 1);
+      ref_gemm_batched(0, 0, (int)m, (int)n, (int)k2, alpha, a2 + 4 + e * sa2, (int)lda2, 0,
+                       b2 + 6 + e * sb2, (int)ldb2, 0, 1.0, ce, (int)ldc, 0, 1);
   }
   float *got[2];
   for (int run = 0; run < 2; run++) {
     cl_mem A = tu_upload(ctx, a, na), B = tu_upload(ctx, b, nb), C = tu_upload(ctx, c0, nc);
     cl_mem A2 = tu_upload(ctx, a2, na2), B2 = tu_upload(ctx, b2, nb2);
     if (k2 > 0 || heads > 1) {
-      const relcl__gemm_term t2 = {k2, relcl_buf_at(A2, 4), lda2, ga2, relcl_buf_at(B2, 6), ldb2,
-                                   heads * sb2};
-      const relcl__heads hl = {heads, ha, hb, hc, ha2, sb2};
-      TU_OK(relcl__gemm_heads(ctx, RELCL_PART_CONTENT_GEMM, ta, tb, m, n, k, alpha,
-                              relcl_buf_at(A, 5), lda, ga, relcl_buf_at(B, 11), ldb, gb,
-                              k2 > 0 ? &t2 : NULL, RELCL_PART_RELATIVE_GEMM, beta,
-                              relcl_buf_at(C, 2), ldc, sc, &hl, batch));
+      const relcl__gemm_term t2 = {k2, relcl_buf_at(A2, 4), lda2, sa2, relcl_buf_at(B2, 6), ldb2,
+                                   sb2};
+      TU_OK(relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, ta, m, n, k, alpha,
+                             relcl_buf_at(A, 5), lda, sa, relcl_buf_at(B, 11), ldb, sb,
+                             k2 > 0 ? &t2 : NULL, RELCL_PART_RELATIVE_GEMM, beta,
+                             relcl_buf_at(C, 2), ldc, sc, heads, n, batch));
     } else {
       TU_OK(relcl__gemm(ctx, ta, tb, m, n, k, alpha, relcl_buf_at(A, 5), lda, sa,
                         relcl_buf_at(B, 11), ldb, sb, beta, relcl_buf_at(C, 2), ldc, sc, batch));

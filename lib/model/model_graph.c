@@ -258,7 +258,6 @@ typedef struct pass {
   int B, S, T, D, H, dh, F, V;
   size_t Ns, Nt;
   bool train, pre;
-  bool merged; /* attention reads Q, K, V merged (relcl__attn_reads_merged): no split */
   float p; /* dropout: 0 unless training */
   uint64_t seed, step;
   int micro;
@@ -345,22 +344,7 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
   size_t q = ba->qkv_h, k, v;
-  const size_t DD = (size_t)D * D;
-  if (p->merged) {
-    /* Q, K, V each as one linear layer writes it, attention reads them there: the
-     * projection's three parts (each D x D of W) one after the other */
-    const bool self = bd->kind == SUB_SELF;
-    const size_t NsD = p->Ns * D;
-    k = q + ND;
-    v = k + (self ? ND : NsD);
-    const size_t at[3] = {q, k, v};
-    for (int part = 0; part < 3; part++) {
-      const bool enc = !self && part > 0; /* cross attention's K and V: of the encoder */
-      TRY(relcl__linear_forward(p->ctx, enc ? (int)p->Ns : N, D, D, enc ? A(p, L->enc_out) : u,
-                                P(p, ap->wq + (size_t)part * DD),
-                                P(p, ap->bq + (size_t)part * D), A(p, at[part])));
-    }
-  } else if (bd->kind == SUB_SELF) {
+  if (bd->kind == SUB_SELF) {
     const int n = desc.nq;
     TRY(relcl__linear_forward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
     k = q + ND;
@@ -368,7 +352,7 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
     /* q, k, v follow each other: one split of the three */
     TRY(relcl__heads_split(p->ctx, 3, B, n, H, dh, W(p, L->qkv), 3 * D, A(p, q)));
   } else {
-    const size_t NsD = p->Ns * D;
+    const size_t DD = (size_t)D * D, NsD = p->Ns * D;
     TRY(relcl__linear_forward(p->ctx, N, D, D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
     TRY(relcl__heads_split(p->ctx, 1, B, p->T, H, dh, W(p, L->qkv), D, A(p, q)));
     k = q + ND;
@@ -378,7 +362,7 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
     TRY(relcl__heads_split(p->ctx, 2, B, p->S, H, dh, W(p, L->qkv), 2 * D, A(p, k)));
   }
   /* Z straight into the merged layout the output projection reads (ops.h) */
-  TRY(relcl__attn_forward(p->ctx, &desc, p->merged, A(p, q), A(p, k), A(p, v),
+  TRY(relcl__attn_forward(p->ctx, &desc, A(p, q), A(p, k), A(p, v),
                          opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
                          A(p, ba->zm), (size_t)D, A(p, ba->probs)));
   *b = P(p, ap->bo);
@@ -405,30 +389,27 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   relcl_attn_desc desc = attn_desc(p, bd);
   TRY(relcl__linear_backward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), da, W(p, L->dzm), 0,
                             G(p, ap->wo), G(p, ap->bo)));
-  /* dz as the output projection's backward writes it (merged), or split into zh */
-  const relcl_buf dz = p->merged ? W(p, L->dzm) : W(p, L->zh);
-  if (!p->merged)
-    TRY(relcl__heads_split(p->ctx, 1, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
+  TRY(relcl__heads_split(p->ctx, 1, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
   const size_t nkD = (size_t)B * desc.nk * D;
   const size_t q = ba->qkv_h, k = q + ND, v = k + nkD;
   const relcl_buf qkv = W(p, L->qkv);
   const size_t Dz = (size_t)D;
   if (bd->kind == SUB_SELF) {
     /* dq, dk, dv straight into their columns of the merged (N x 3D) gradient */
-    TRY(relcl__attn_backward(p->ctx, &desc, p->merged, A(p, q), A(p, k), A(p, v),
-                            opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
-                            A(p, ba->probs), dz, qkv, 3 * Dz, relcl_buf_at(qkv.mem, qkv.offset + Dz),
+    TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
+                            opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
+                            W(p, L->zh), qkv, 3 * Dz, relcl_buf_at(qkv.mem, qkv.offset + Dz),
                             relcl_buf_at(qkv.mem, qkv.offset + 2 * Dz), 3 * Dz,
                             opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
     return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), qkv, dx, acc,
                                  G(p, ap->wq), G(p, ap->bq));
   }
-  /* cross attention: dq merged into whichever of dzm and zh dz is not in, dk and dv side by
-   * side into the merged (Ns x 2D) gradient of the encoder's projection */
-  const relcl_buf dqm = p->merged ? W(p, L->zh) : W(p, L->dzm);
-  TRY(relcl__attn_backward(p->ctx, &desc, p->merged, A(p, q), A(p, k), A(p, v),
-                          opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
-                          A(p, ba->probs), dz, dqm, Dz, qkv, relcl_buf_at(qkv.mem, qkv.offset + Dz),
+  /* cross attention: dq merged into dzm (free once dz is split), dk and dv side by side
+   * into the merged (Ns x 2D) gradient of the encoder's projection */
+  const relcl_buf dqm = W(p, L->dzm);
+  TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
+                          opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
+                          W(p, L->zh), dqm, Dz, qkv, relcl_buf_at(qkv.mem, qkv.offset + Dz),
                           2 * Dz, opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
   const size_t DD = Dz * Dz;
   TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), dqm, dx, acc, G(p, ap->wq),
@@ -670,7 +651,6 @@ static pass make_pass(relcl_model *m, int B, int S, int T, bool train, uint64_t 
   p.Nt = (size_t)B * T;
   p.train = train;
   p.pre = m->cfg.pre_norm != 0;
-  p.merged = relcl__attn_reads_merged(m->ctx);
   p.p = train ? m->cfg.dropout : 0.0f;
   p.seed = seed;
   p.step = step;

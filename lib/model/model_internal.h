@@ -54,9 +54,8 @@ typedef struct relcl__dec_p {
 /* Activations of one residual block, offsets into the activation buffer:
  *   post-norm: s = x + dropout(F(x)) at ln_x, out = LN(s); sub_in = x
  *   pre-norm:  u = LN(x) at sub_in, out = x + dropout(F(u)); ln_x = x
- * F's own activations: attention Q|K|V (qkv_h), each in the heads layout, or on devices where
- * attention reads them merged (relcl__attn_reads_merged: CPUs) as its projection writes them
- * (N x D); the weights (probs) and the merged output (zm); feed-forward hidden h. */
+ * F's own activations: attention Q|K|V in head layout (qkv_h), the weights (probs) and the
+ * merged output (zm); feed-forward hidden h. */
 typedef struct relcl__block_a {
   size_t x_in, ln_x, sub_in, mean, rstd, out;
   size_t keep; /* the block's dropout keep bits (ops.h), from its forward to its backward */

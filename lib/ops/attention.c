@@ -1,10 +1,8 @@
 /* Relation-aware multi-head attention, forward and backward (Shaw et al. 2018), in the
- * factored form of ../shared/design/relative-attention.md: the content terms run through
- * relcl's GEMM door (relcl's own kernels on CPUs, CLBlast elsewhere); the small label
- * products with a shared table (the default) and the gather / softmax / dropout / bucket
- * passes over the nq x nk weights in kernels/attention.cl, those with per-head tables
- * through the GEMM door. No nq x nk x d tensor is ever built. Q, K, V and dZ come in the
- * heads layout or merged (ops.h); every product reads them where they are (lay below). */
+ * factored form of ../shared/design/relative-attention.md: the content terms run in CLBlast;
+ * the small label products with a shared table (the default) and the gather / softmax /
+ * dropout / bucket passes over the nq x nk weights in kernels/attention.cl, those with
+ * per-head tables in CLBlast. No nq x nk x d tensor is ever built. */
 #include "flags.h" /* RELCL_GATHER, ...: shared with kernels/attention.cl */
 #include "runtime.h"
 #include "ops.h"
@@ -37,7 +35,6 @@ typedef struct plan {
   size_t B, H, nq, nk, d, BH, rows;
   int k, rlo, R; /* labels rlo .. rlo+R-1 are the only ones any unmasked pair uses */
   bool rel, rel_v;
-  bool merged;  /* Q, K, V and dZ in the merged layout (ops.h) */
   size_t table; /* elements in one (2k+1, d) table */
   int flags;
   float scale;
@@ -48,49 +45,7 @@ typedef struct plan {
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* Where an operand's matrix of sequence b and head h is: at b seq + h head, its rows ld
- * apart (runtime.h's relcl__heads: seq the groups' stride, head a head's offset). */
-typedef struct lay {
-  size_t ld, head, seq;
-} lay;
-
-/* Q and dZ (n = nq), K and V (n = nk): the heads layout (B, H, n, d), or merged (B, n, H d).
- * Either way their rows, one for each (b, h, i), are d floats apart as one matrix: in the
- * order (b, h, i), or merged (b, i, h). */
-static lay x_lay(const plan *p, size_t n) {
-  const size_t d = p->d, H = p->H;
-  return p->merged ? (lay){H * d, d, n * H * d} : (lay){d, n * d, H * n * d};
-}
-
-/* an output of n rows a head: merged with rows ld apart (ld > 0), else laid out as Q */
-static lay y_lay(const plan *p, size_t n, size_t ld) {
-  return ld > 0 ? (lay){ld, p->d, n * ld} : x_lay(p, n);
-}
-
-/* S, the weights and their gradients (nq x nk a head): the heads layout */
-static lay s_lay(const plan *p) { return (lay){p->nk, p->nq * p->nk, p->H * p->nq * p->nk}; }
-
-/* the label sums Bk and Cb (R a query row, attention.cl): their rows in the order of Q's */
-static lay l_lay(const plan *p) {
-  const size_t R = (size_t)p->R, H = p->H;
-  return p->merged ? (lay){H * R, R, p->nq * H * R} : (lay){R, p->nq * R, H * p->nq * R};
-}
-
-/* x, off floats on */
-static relcl_buf at(relcl_buf x, size_t off) { return relcl_buf_at(x.mem, x.offset + off); }
-
-/* C = alpha op(A) op(B) (+ the second term t2, its A2 laid out as l2) per (b, h), each
- * operand where its layout puts it: one batch of B H products in groups of H (gemm.c) */
-static relcl_status heads_gemm(relcl_context *ctx, const plan *p, bool trans_a, bool trans_b,
-                             size_t m, size_t n, size_t kk, relcl_buf A, lay la, relcl_buf B,
-                             lay lb, const relcl__gemm_term *t2, lay l2, relcl_buf C, lay lc) {
-  const relcl__heads hl = {p->H, la.head, lb.head, lc.head, l2.head, 0};
-  return relcl__gemm_heads(ctx, RELCL_PART_CONTENT_GEMM, trans_a, trans_b, m, n, kk, 1.0f, A,
-                           la.ld, la.seq, B, lb.ld, lb.seq, t2, RELCL_PART_RELATIVE_GEMM, 0.0f,
-                           C, lc.ld, lc.seq, &hl, p->BH);
-}
-
-static relcl_status make_plan(const relcl_attn_desc *desc, bool merged, plan *p) {
+static relcl_status make_plan(const relcl_attn_desc *desc, plan *p) {
   if (desc == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: desc is NULL");
   if (desc->batch <= 0 || desc->heads <= 0 || desc->nq <= 0 || desc->nk <= 0 ||
       desc->head_dim <= 0)
@@ -128,9 +83,7 @@ static relcl_status make_plan(const relcl_attn_desc *desc, bool merged, plan *p)
   if (dmax < dmin) dmax = dmin; /* every key masked: keep one (unused) label */
   p->rlo = clampi(dmin, -p->k, p->k) + p->k;
   p->R = clampi(dmax, -p->k, p->k) + p->k - p->rlo + 1;
-  p->merged = merged;
-  p->flags = (desc->causal ? RELCL_CAUSAL : 0) | (desc->dropout > 0.0f ? RELCL_DROPOUT : 0) |
-             (merged ? RELCL_MERGED : 0);
+  p->flags = (desc->causal ? RELCL_CAUSAL : 0) | (desc->dropout > 0.0f ? RELCL_DROPOUT : 0);
   p->scale = (float)(1.0 / sqrt((double)p->d));
   double thr = (double)desc->dropout * 4294967296.0;
   p->drop_threshold = thr >= 4294967295.0 ? 0xffffffffu : (cl_uint)thr;
@@ -163,20 +116,33 @@ static relcl_status check_inputs(const plan *p, const relcl_attn_desc *desc, rel
  * each sequence is one strided-batched GEMM over the heads. (CLBlast's offset-array batched
  * GEMM would be one call, but Oclgrind flags its results as uninitialized.) */
 
-/* The label GEMMs of labels_from and add_from_labels with per-head tables run one entry per
- * (sequence, head), each as small as the per-head products: one call per sequence over its
- * heads (the tables' stride). An entry of R x nq x d is below CLBlast's switch to its
- * indirect kernel, so CLBlast runs its direct kernel, which pads nothing; as one product over
- * all rows, the indirect kernel padded R (17 or 33) and d (64) to its tiles (docs/speed.md,
- * "What is left"). */
+/* The label GEMMs of labels_from and add_from_labels run one entry per (sequence, head), each
+ * as small as the per-head products: shared tables as one batched call over all B H entries
+ * (the table's stride 0), per-head tables as one call per sequence over its heads (the
+ * tables' stride). An entry of R x nq x d is below CLBlast's switch to its indirect kernel,
+ * so CLBlast runs its direct kernel, which pads nothing; as one product over all rows, the
+ * indirect kernel padded R (17 or 33) and d (64) to its tiles (docs/speed.md, "What is
+ * left"). */
+typedef struct entries {
+  size_t calls, batch, w_stride;
+} entries;
+
+static entries label_entries(const plan *p, bool per_head) {
+  return per_head ? (entries){p->B, p->H, p->table} : (entries){1, p->BH, 0};
+}
+
 /* One label value per row and label, X (rows x d) . W[window]^T, W shared or per head, stored
- * label-major: with a shared table, the value of X's row r (in the order of its rows: x_lay)
- * and label column c at c rows + r; per head, that of row (b, h, i) at (b H + h) nq R + c nq
- * + i (gather_args). So the GEMM's short side (R labels) is its M, which CLBlast's
+ * label-major: the value of row bh * nq + i and label column c at bh * gather_block(p) +
+ * c * gather_label(p) + i. So the GEMM's short side (R labels) is its M, which CLBlast's
  * indirect kernel padded to MWG (32 on CPUs) rather than N to NWG (128) when this was one
  * product over all rows: 1.5 to 2 times faster on PoCL (docs/speed.md, "What is left");
  * the direct kernel that runs the entries now reads either way. The row kernels read it at
  * those strides. */
+static size_t gather_block(const plan *p, bool per_head) {
+  return per_head ? p->nq * (size_t)p->R : p->nq;
+}
+static size_t gather_label(const plan *p, bool per_head) { return per_head ? p->nq : p->rows; }
+
 /* A product kernel of m x n x kk multiply-adds over global (n0, n1), in groups of (up to 64,
  * 1); the kernels guard the rounded-up n0. The profile rates it as a GEMM of that shape. */
 static relcl_status launch_product(relcl_context *ctx, relcl__kernel_entry *k,
@@ -236,78 +202,84 @@ static relcl_status add_labels_shared(relcl_context *ctx, const plan *p, relcl_b
 }
 
 static relcl_status labels_from(relcl_context *ctx, const plan *p, bool per_head, relcl_buf X,
-                                lay x, relcl_buf W, relcl_buf out) {
-  relcl_buf win = at(W, (size_t)p->rlo * p->d);
+                                relcl_buf W, relcl_buf out) {
+  relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
   if (!per_head) return labels_shared(ctx, p, X, win, out);
-  const size_t R = (size_t)p->R, block = p->nq * R;
-  for (size_t b = 0; b < p->B; b++) { /* (R x nq) per entry = W[window] . X_bh^T */
-    relcl_status st = REL_GEMM(ctx, false, true, R, p->nq, p->d, 1.0f, win, p->d, p->table,
-                               at(X, b * x.seq), x.ld, x.head, 0.0f,
-                               at(out, b * p->H * block), p->nq, block, p->H);
+  const size_t block = gather_block(p, per_head), label = gather_label(p, per_head);
+  const entries e = label_entries(p, per_head);
+  for (size_t b = 0; b < e.calls; b++) { /* (R x nq) per entry = W[window] . X_bh^T */
+    relcl_status st = REL_GEMM(
+        ctx, false, true, (size_t)p->R, p->nq, p->d, 1.0f, win, p->d, e.w_stride,
+        relcl_buf_at(X.mem, X.offset + b * e.batch * p->nq * p->d), p->d, p->nq * p->d, 0.0f,
+        relcl_buf_at(out.mem, out.offset + b * e.batch * block), label, block, e.batch);
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;
 }
 
-/* The strides of labels_from's layout, after the gather buffer's argument: row (b, h, i)'s
- * values at b seq + h head + i step, a label's label apart (attention.cl) */
+/* The strides of labels_from's layout, after the gather buffer's argument. */
 static void gather_args(relcl__args *a, const plan *p, bool per_head) {
-  const size_t H = p->H, nq = p->nq, R = (size_t)p->R;
-  cl_uint v[4] = {(cl_uint)(H * nq), (cl_uint)nq, 1, (cl_uint)p->rows}; /* shared, heads */
-  if (per_head)
-    v[0] = (cl_uint)(H * nq * R), v[1] = (cl_uint)(nq * R), v[3] = (cl_uint)nq;
-  else if (p->merged) /* row (b, i, h) of the merged Q */
-    v[1] = 1, v[2] = (cl_uint)H;
-  for (int i = 0; i < 4; i++) RELCL__ARG(a, v[i]);
+  const cl_uint block = (cl_uint)gather_block(p, per_head);
+  const cl_uint label = (cl_uint)gather_label(p, per_head);
+  RELCL__ARG(a, block);
+  RELCL__ARG(a, label);
 }
 
-/* Y (rows x d) += L (rows x R) . W[window], W shared or per head; with a shared table, Y's
- * rows in the order of L's (y as x_lay). */
+/* Y (rows x d) += L (rows x R) . W[window], W shared or per head. */
 static relcl_status add_from_labels(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
-                                    relcl_buf W, relcl_buf Y, lay y) {
-  relcl_buf win = at(W, (size_t)p->rlo * p->d);
+                                    relcl_buf W, relcl_buf Y) {
+  relcl_buf win = relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * p->d);
   if (!per_head) return add_labels_shared(ctx, p, L, win, Y);
-  const lay l = l_lay(p);
-  for (size_t b = 0; b < p->B; b++) {
-    relcl_status st = REL_GEMM(ctx, false, false, p->nq, p->d, (size_t)p->R, 1.0f,
-                               at(L, b * l.seq), l.ld, l.head, win, p->d, p->table, 1.0f,
-                               at(Y, b * y.seq), y.ld, y.head, p->H);
+  const entries e = label_entries(p, per_head);
+  for (size_t b = 0; b < e.calls; b++) {
+    relcl_status st = REL_GEMM(
+        ctx, false, false, p->nq, p->d, (size_t)p->R, 1.0f,
+        relcl_buf_at(L.mem, L.offset + b * e.batch * p->nq * (size_t)p->R), (size_t)p->R,
+        p->nq * (size_t)p->R, win, p->d, e.w_stride, 1.0f,
+        relcl_buf_at(Y.mem, Y.offset + b * e.batch * p->nq * p->d), p->d, p->nq * p->d,
+        e.batch);
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;
 }
 
-/* Y = op(A) B per (b, h) (op(A) m x kk, A laid out as S; B kk x d, laid out as b), and with
- * labels Y += L (rows x R) W[window] (add_from_labels); Y laid out as y. A shared table's
- * labels, where relcl's own products run, go into the same pass as A B's (relcl__gemm_heads:
- * each element of Y one sum, kk terms then R): the label sums' own product (16000x64x33 and
- * 16000x64x17 with beta 1, issue-8 step) moved all of Y twice more for R terms. Elsewhere a
- * shared table's labels are added in relcl's add_labels_shared, which reads Y's rows in the
- * order of L's: where Y is laid out otherwise, through scratch laid out as Q. */
+/* Y = op(A) B per (b, h) (op(A) m x kk, at a_stride; B kk x d, at b_stride), and with labels
+ * Y += L (rows x R) W[window] (add_from_labels). A shared table's labels, where relcl's own
+ * products run, go into the same pass as A B's (relcl__gemm_plus: each element of Y one sum,
+ * kk terms then R): the label sums' own product (16000x64x33 and 16000x64x17 with beta 1,
+ * issue-8 step) moved all of Y twice more for R terms. Y is in the heads layout (ld 0) or
+ * merged with row length ld (ops.h): relcl's own products write it there, one batch over
+ * all heads; elsewhere, and where per-head tables' labels are added, Y goes through scratch
+ * in the heads layout and relcl__heads_merge. */
 static relcl_status heads_product(relcl_context *ctx, const plan *p, bool per_head, bool trans_a,
-                                  size_t m, size_t kk, relcl_buf A, relcl_buf B, lay b,
-                                  bool labels, relcl_buf L, relcl_buf W, relcl_buf Y, lay y) {
-  const size_t d = p->d, R = (size_t)p->R;
-  const bool fuse = labels && !per_head && relcl__own_products(ctx);
-  const lay natural = x_lay(p, m), l = l_lay(p);
-  if (labels && !per_head && !fuse &&
-      (y.ld != natural.ld || y.head != natural.head || y.seq != natural.seq)) {
-    cl_mem T = NULL; /* through scratch laid out as Q, then copied into Y */
+                                  size_t m, size_t kk, relcl_buf A, size_t a_stride,
+                                  relcl_buf B, size_t b_stride, bool labels, relcl_buf L,
+                                  relcl_buf W, relcl_buf Y, size_t ld) {
+  const size_t d = p->d, R = (size_t)p->R, lda = trans_a ? m : kk;
+  const bool own = relcl__own_products(ctx), fuse = labels && !per_head && own;
+  if (ld > 0 && (!own || (labels && !fuse))) { /* through scratch */
+    cl_mem T = NULL;
     relcl_status st = relcl__pool_get(ctx, p->BH * m * d * sizeof(float), &T);
     if (st == RELCL_OK)
-      st = heads_product(ctx, p, per_head, trans_a, m, kk, A, B, b, labels, L, W,
-                         relcl_buf_at(T, 0), natural);
-    /* heads layout: merge (B, H, m, d) into rows y.ld apart; merged: copy (B, m, H d) */
-    const int H = p->merged ? 1 : (int)p->H, width = p->merged ? (int)(p->H * d) : (int)d;
+      st = heads_product(ctx, p, per_head, trans_a, m, kk, A, a_stride, B, b_stride, labels, L,
+                         W, relcl_buf_at(T, 0), 0);
     if (st == RELCL_OK)
-      st = relcl__heads_merge(ctx, 1, (int)p->B, (int)m, H, width, relcl_buf_at(T, 0), Y, y.ld);
+      st = relcl__heads_merge(ctx, 1, (int)p->B, (int)m, (int)p->H, (int)d, relcl_buf_at(T, 0),
+                              Y, ld);
     relcl__pool_put(ctx, T);
     return st;
   }
-  const relcl__gemm_term t2 = {R, L, l.ld, l.seq, at(W, (size_t)p->rlo * d), d, 0};
-  relcl_status st = heads_gemm(ctx, p, trans_a, false, m, d, kk, A, s_lay(p), B, b,
-                             fuse ? &t2 : NULL, l, Y, y);
-  if (st == RELCL_OK && labels && !fuse) st = add_from_labels(ctx, p, per_head, L, W, Y, y);
+  const size_t ldc = ld > 0 ? ld : d, stride_c = m * ldc, heads = ld > 0 ? p->H : 1;
+  if (fuse || ld > 0) {
+    const relcl__gemm_term t2 = {R, L, R, p->nq * R,
+                                 relcl_buf_at(W.mem, W.offset + (size_t)p->rlo * d), d, 0};
+    return relcl__gemm_plus(ctx, RELCL_PART_CONTENT_GEMM, trans_a, m, d, kk, 1.0f, A, lda,
+                            a_stride, B, d, b_stride, fuse ? &t2 : NULL,
+                            RELCL_PART_RELATIVE_GEMM, 0.0f, Y, ldc, stride_c, heads, d, p->BH);
+  }
+  relcl_status st = relcl__gemm(ctx, trans_a, false, m, d, kk, 1.0f, A, lda, a_stride, B, d,
+                                b_stride, 0.0f, Y, d, m * d, p->BH);
+  if (st == RELCL_OK && labels) st = add_from_labels(ctx, p, per_head, L, W, Y);
   return st;
 }
 
@@ -381,19 +353,19 @@ static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_b
 }
 
 /* dW[window] += L^T (rows x R)^T . X (rows x d), summed over batch (and heads when shared),
- * in a fixed order, X laid out as x (x_lay: its rows in the order of L's). Per head, one
- * strided-batched GEMM per sequence: the entries of one call write different tables, so no
- * two race and the sum over sequences keeps its order. */
+ * in a fixed order. Per head, one strided-batched GEMM per sequence: the entries of one call
+ * write different tables, so no two race and the sum over sequences keeps its order. */
 static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head, relcl_buf L,
-                               relcl_buf X, lay x, relcl_buf dW) {
-  relcl_buf dst = at(dW, (size_t)p->rlo * p->d);
+                               relcl_buf X, relcl_buf dW) {
+  relcl_buf dst = relcl_buf_at(dW.mem, dW.offset + (size_t)p->rlo * p->d);
   if (!per_head) return shared_table_grad(ctx, p, L, X, dst);
   const size_t R = (size_t)p->R;
-  const lay l = l_lay(p);
   for (size_t b = 0; b < p->B; b++) {
-    relcl_status st = REL_GEMM(ctx, true, false, R, p->d, p->nq, 1.0f, at(L, b * l.seq), l.ld,
-                               l.head, at(X, b * x.seq), x.ld, x.head, 1.0f, dst, p->d,
-                               p->table, p->H);
+    relcl_status st = REL_GEMM(
+        ctx, true, false, R, p->d, p->nq, 1.0f,
+        relcl_buf_at(L.mem, L.offset + b * p->H * p->nq * R), R, p->nq * R,
+        relcl_buf_at(X.mem, X.offset + b * p->H * p->nq * p->d), p->d, p->nq * p->d, 1.0f, dst,
+        p->d, p->table, p->H);
     if (st != RELCL_OK) return st;
   }
   return RELCL_OK;
@@ -429,29 +401,26 @@ static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
   return relcl__launch_rows(ctx, k, a, p->rows, p->nk, 1, relcl__row_item(ctx));
 }
 
-bool relcl__attn_reads_merged(const relcl_context *ctx) { return relcl__own_products(ctx); }
-
 relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                 relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
   relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p = {0};
-  relcl_status st = make_plan(desc, false, &p);
+  relcl_status st = make_plan(desc, &p);
   if (st == RELCL_OK) st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
   if (st == RELCL_OK) st = relcl__check_buf(Z, p.rows * p.d, "Z");
   if (st == RELCL_OK && probs.mem) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
   if (st != RELCL_OK) return st;
-  return relcl__attn_forward(ctx, desc, false, Q, K, V, wK, wV, key_len, Z, 0, probs);
+  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs);
 }
 
 /* make_plan again (host arithmetic, no OpenCL call): the plan is also what the launch uses. */
-relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, bool merged,
-                                 relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
-                                 relcl_buf wV, relcl_buf key_len, relcl_buf Z, size_t z_ld,
-                                 relcl_buf probs) {
+relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len, relcl_buf Z, size_t z_ld, relcl_buf probs) {
   plan p = {0};
-  relcl_status st = make_plan(desc, merged, &p);
+  relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
 
   cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
@@ -468,11 +437,11 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
   relcl_buf Sb = relcl_buf_at(S, 0), Pb = relcl_buf_at(Pm, 0), Bb = relcl_buf_at(Bm, 0);
 
   /* S = Q K^T per (b, h) */
-  const lay q = x_lay(&p, p.nq), kv = x_lay(&p, p.nk);
-  st = heads_gemm(ctx, &p, false, true, p.nq, p.nk, p.d, Q, q, K, kv, NULL, q, Sb, s_lay(&p));
+  st = relcl__gemm(ctx, false, true, p.nq, p.nk, p.d, 1.0f, Q, p.d, p.nq * p.d, K, p.d,
+                   p.nk * p.d, 0.0f, Sb, p.nk, p.nq * p.nk, p.BH);
   if (st != RELCL_OK) goto done;
   /* P = Q wK^T over the labels in use */
-  if (p.rel && (st = labels_from(ctx, &p, desc->per_head, Q, q, wK, Pb)) != RELCL_OK) goto done;
+  if (p.rel && (st = labels_from(ctx, &p, desc->per_head, Q, wK, Pb)) != RELCL_OK) goto done;
 
   {
     int flags = p.flags | (p.rel ? RELCL_GATHER : 0) | (p.rel_v ? RELCL_BUCKET : 0) |
@@ -491,8 +460,8 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
   }
 
   /* Z = alpha' V (+ B' wV) */
-  st = heads_product(ctx, &p, desc->per_head, false, p.nq, p.nk, Sb, V, kv, p.rel_v, Bb, wV, Z,
-                     y_lay(&p, p.nq, z_ld));
+  st = heads_product(ctx, &p, desc->per_head, false, p.nq, p.nk, Sb, p.nq * p.nk, V, p.nk * p.d,
+                     p.rel_v, Bb, wV, Z, z_ld);
 done:
   relcl__pool_put(ctx, S);
   relcl__pool_put(ctx, Pm);
@@ -509,7 +478,7 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p = {0};
-  relcl_status st = make_plan(desc, false, &p);
+  relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
   size_t tables = desc->per_head ? p.H : 1;
   st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
@@ -521,17 +490,17 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (st == RELCL_OK && p.rel && dwK.mem) st = relcl__check_buf(dwK, tables * p.table, "dwK");
   if (st == RELCL_OK && p.rel_v && dwV.mem) st = relcl__check_buf(dwV, tables * p.table, "dwV");
   if (st != RELCL_OK) return st;
-  return relcl__attn_backward(ctx, desc, false, Q, K, V, wK, wV, key_len, probs, dZ, dQ, 0, dK,
-                              dV, 0, dwK, dwV);
+  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, 0, dK, dV, 0,
+                              dwK, dwV);
 }
 
-relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, bool merged,
-                                  relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
-                                  relcl_buf wV, relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
+relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
                                   relcl_buf dQ, size_t dq_ld, relcl_buf dK, relcl_buf dV,
                                   size_t dkv_ld, relcl_buf dwK, relcl_buf dwV) {
   plan p = {0};
-  relcl_status st = make_plan(desc, merged, &p);
+  relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
 
   cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;
@@ -564,16 +533,15 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
     if ((st = launch_rows(ctx, kdrop, &a, &p)) != RELCL_OK) goto done;
   }
   /* dV = alpha'^T dZ;  dwV += B'^T dZ */
-  const lay q = x_lay(&p, p.nq), kv = x_lay(&p, p.nk);
-  const lay dkv = y_lay(&p, p.nk, dkv_ld);
-  st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, A, dZ, q, false, RELCL_BUF_NONE,
-                     RELCL_BUF_NONE, dV, dkv);
+  st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, A, p.nq * p.nk, dZ, p.nq * p.d,
+                     false, RELCL_BUF_NONE, RELCL_BUF_NONE, dV, dkv_ld);
   if (st == RELCL_OK && p.rel_v && dwV.mem)
-    st = table_grad(ctx, &p, desc->per_head, Bb, dZ, q, dwV);
+    st = table_grad(ctx, &p, desc->per_head, Bb, dZ, dwV);
   if (st != RELCL_OK) goto done;
   /* dalpha' = dZ V^T (+ G at the labels, G = dZ wV^T) */
-  st = heads_gemm(ctx, &p, false, true, p.nq, p.nk, p.d, dZ, q, V, kv, NULL, q, Db, s_lay(&p));
-  if (st == RELCL_OK && p.rel_v) st = labels_from(ctx, &p, desc->per_head, dZ, q, wV, Gb);
+  st = relcl__gemm(ctx, false, true, p.nq, p.nk, p.d, 1.0f, dZ, p.d, p.nq * p.d, V, p.d,
+                   p.nk * p.d, 0.0f, Db, p.nk, p.nq * p.nk, p.BH);
+  if (st == RELCL_OK && p.rel_v) st = labels_from(ctx, &p, desc->per_head, dZ, wV, Gb);
   if (st != RELCL_OK) goto done;
   {
     relcl__args a = {kbwd->kernel, 0, CL_SUCCESS};
@@ -590,13 +558,12 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
     if ((st = launch_rows(ctx, kbwd, &a, &p)) != RELCL_OK) goto done;
   }
   /* dQ = de K (+ C wK);  dK = de^T Q;  dwK += C^T Q */
-  st = heads_product(ctx, &p, desc->per_head, false, p.nq, p.nk, Db, K, kv, p.rel, Cb, wK, dQ,
-                     y_lay(&p, p.nq, dq_ld));
+  st = heads_product(ctx, &p, desc->per_head, false, p.nq, p.nk, Db, p.nq * p.nk, K,
+                     p.nk * p.d, p.rel, Cb, wK, dQ, dq_ld);
   if (st == RELCL_OK)
-    st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, Db, Q, q, false,
-                       RELCL_BUF_NONE, RELCL_BUF_NONE, dK, dkv);
-  if (st == RELCL_OK && p.rel && dwK.mem)
-    st = table_grad(ctx, &p, desc->per_head, Cb, Q, q, dwK);
+    st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, Db, p.nq * p.nk, Q,
+                       p.nq * p.d, false, RELCL_BUF_NONE, RELCL_BUF_NONE, dK, dkv_ld);
+  if (st == RELCL_OK && p.rel && dwK.mem) st = table_grad(ctx, &p, desc->per_head, Cb, Q, dwK);
 done:
   relcl__pool_put(ctx, Am);
   relcl__pool_put(ctx, Dm);

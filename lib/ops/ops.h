@@ -11,28 +11,19 @@
 #include "relcl.h"
 #include "relcl_layers.h"
 
-#include <stdbool.h>
-
 /* ---- attention.c, posenc.c ---- */
-/* The inputs Q, K, V (and dZ) in the heads layout (B, H, n, dh) as the public functions take
- * them, or with merged (B, n, H dh), as a linear layer writes them: sequence b's row i, head
- * h at (b n + i) H dh + h dh, read there by the products (relcl_heads_split's copy is not
- * needed). The outputs Z (forward) and dQ, dK, dV (backward) laid out as the inputs with
- * z_ld, dq_ld, dkv_ld 0, else merged with rows that far apart: at b n ld + i ld + h dh (the
- * buffer at head 0's column; dK and dV share dkv_ld). */
-relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, bool merged,
-                                 relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
-                                 relcl_buf wV, relcl_buf key_len, relcl_buf Z, size_t z_ld,
-                                 relcl_buf probs);
-relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, bool merged,
-                                  relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
-                                  relcl_buf wV, relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
+/* The outputs Z (forward) and dQ, dK, dV (backward) in the heads layout with z_ld, dq_ld,
+ * dkv_ld 0 (as the public functions), else merged: sequence b's row i, head h at b n ld + i
+ * ld + h dh (relcl__heads_merge's layout with row length ld, the buffer at head 0's column;
+ * dK and dV share dkv_ld), written there by the products where relcl's own products run. */
+relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len, relcl_buf Z, size_t z_ld, relcl_buf probs);
+relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
                                   relcl_buf dQ, size_t dq_ld, relcl_buf dK, relcl_buf dV,
                                   size_t dkv_ld, relcl_buf dwK, relcl_buf dwV);
-/* Whether relcl__attn_forward and _backward read the merged layout in place on ctx (relcl's
- * own products: CPUs): then it costs no copy; elsewhere each per-head product runs as one
- * batch a head, so the graph splits Q, K, V into the heads layout first. */
-bool relcl__attn_reads_merged(const relcl_context *ctx);
 relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
                                int pos0);
 

@@ -278,22 +278,13 @@ static void product_args(relcl__args *args, bool trans_a, size_t m, size_t n, si
   RELCL__ARG(args, sc);
 }
 
-/* The groups of heads of relcl's batched kernels (runtime.h's relcl__heads): heads and the
- * head offsets of A, B and C, and with t2 of A2 and B2; hl NULL: no groups */
-static void heads_args(relcl__args *args, const relcl__heads *hl, bool t2) {
-  const relcl__heads one = {1, 0, 0, 0, 0, 0}, *h = hl && hl->heads > 1 ? hl : &one;
-  const cl_uint v[6] = {(cl_uint)h->heads, (cl_uint)h->a, (cl_uint)h->b, (cl_uint)h->c,
-                        (cl_uint)h->a2, (cl_uint)h->b2};
-  for (int i = 0; i < (t2 ? 6 : 4); i++) RELCL__ARG(args, v[i]);
-}
-
 /* The batched products with B transposed and fewer than RELCL_DOTS_BELOW columns on CPU
  * contexts (ctx->gemm_heads): gemm_heads_dots (kernels/gemm.cl), a work-item per row of C. */
 static relcl_status dots_product(relcl_context *ctx, bool trans_a, size_t m, size_t n, size_t k,
                                  float alpha, relcl_buf a, size_t lda, size_t stride_a,
                                  relcl_buf b, size_t ldb, size_t stride_b, float beta,
                                  relcl_buf c, size_t ldc, size_t stride_c, size_t batch,
-                                 const relcl__heads *hl, cl_event *ev) {
+                                 cl_event *ev) {
   relcl__kernel_entry *kern;
   relcl_status st = relcl__kernel(ctx, "gemm", "gemm_heads_dots", &kern);
   if (st != RELCL_OK) return st;
@@ -302,7 +293,6 @@ static relcl_status dots_product(relcl_context *ctx, bool trans_a, size_t m, siz
   product_args(&args, trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                stride_c);
   RELCL__ARG(&args, nb);
-  heads_args(&args, hl, false);
   size_t local = 16, global = (batch * m + local - 1) / local * local;
   return relcl__enqueue(ctx, kern, &args, 1, &global, &local, ev);
 }
@@ -315,7 +305,7 @@ static relcl_status cpu_columns(relcl_context *ctx, const char *kernel, bool tra
                                 size_t n, size_t k, float alpha, relcl_buf a, size_t lda,
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 const relcl__gemm_term *t2, float beta, relcl_buf c, size_t ldc,
-                                size_t stride_c, const relcl__heads *hl, size_t batch,
+                                size_t stride_c, size_t heads, size_t c_head, size_t batch,
                                 cl_event *ev) {
   relcl__kernel_entry *kern = NULL;
   relcl_status st = relcl__kernel(ctx, "gemm", kernel, &kern);
@@ -334,8 +324,10 @@ static relcl_status cpu_columns(relcl_context *ctx, const char *kernel, bool tra
     relcl__buf_arg(&args, t->b, NULL);
     RELCL__ARG(&args, lb);
     RELCL__ARG(&args, sb);
+    const cl_uint nh = (cl_uint)(heads > 1 ? heads : 1), ch = (cl_uint)c_head;
+    RELCL__ARG(&args, nh);
+    RELCL__ARG(&args, ch);
   }
-  heads_args(&args, hl, strcmp(kernel, "gemm_cpu_batch") == 0);
   const size_t nr = 2 * (size_t)ctx->cpu_vec;
   size_t global[2] = {(n + nr - 1) / nr, batch}, local[2] = {1, 1};
   return relcl__enqueue(ctx, kern, &args, 2, global, local, ev);
@@ -369,22 +361,22 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 size_t stride_a, relcl_buf b, size_t ldb, size_t stride_b,
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                 size_t batch, size_t chunk, relcl_buf mask, size_t ldm,
-                                cl_int epi, const relcl__gemm_term *t2,
-                                const relcl__heads *hl, size_t b_panel, cl_event *ev) {
+                                cl_int epi, const relcl__gemm_term *t2, size_t heads,
+                                size_t c_head, size_t b_panel, cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                       stride_b, t2, beta, c, ldc, stride_c, hl, batch, ev);
+                       stride_b, t2, beta, c, ldc, stride_c, heads, c_head, batch, ev);
   if (chunk > 0) {
     const size_t whole = m / chunk, rest = m - whole * chunk;
     relcl_status st =
         cpu_columns(ctx, "gemm_cpu_batch", false, chunk, n, k, alpha, a, lda, chunk * lda, b, ldb,
-                    0, NULL, beta, c, ldc, chunk * ldc, NULL, whole, rest ? NULL : ev);
+                    0, NULL, beta, c, ldc, chunk * ldc, 1, 0, whole, rest ? NULL : ev);
     if (st != RELCL_OK || rest == 0) return st;
     return cpu_columns(ctx, "gemm_cpu_batch", false, rest, n, k, alpha,
                        relcl_buf_at(a.mem, a.offset + whole * chunk * lda), lda, 0, b, ldb, 0,
-                       NULL, beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0,
-                       NULL, 1, ev);
+                       NULL, beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1,
+                       0, 1, ev);
   }
   /* B transposed: into panels (or, where a transpose block does not fit one, rows) */
   cl_mem tb = NULL;
@@ -483,7 +475,7 @@ static how_t route(const relcl_context *ctx, bool trans_a, bool trans_b, size_t 
 }
 
 /* Whether the route is gemm_cpu_batch's whole sum: the only kernel that takes a second term
- * (relcl__gemm_heads) */
+ * and the heads' layout of C (relcl__gemm_plus) */
 static bool batch_kernel(how_t how, size_t batch, size_t len, size_t k) {
   return how == CPU && batch > 1 && len == k;
 }
@@ -492,15 +484,15 @@ static bool batch_kernel(how_t how, size_t batch, size_t len, size_t k) {
  * its route allows; zero for none. epi: an epilogue in gemm_cpu's store (flags.h
  * RELCL_GEMM_*: relcl__gemm_relu_masked's mask, relcl__gemm_bias's bias), its operand M in
  * mask, rows ldm apart (0: one row). t2: a second term in gemm_cpu_batch's sum
- * (relcl__gemm_heads), hl: the products in groups of heads (relcl's batched kernels only).
- * sums: A's partial column sums from its transposed copy (relcl__gemm_wgrad). applied and added are set on return: whether
+ * (relcl__gemm_plus), heads and c_head: C in the heads' layout. sums: A's partial column sums
+ * from its transposed copy (relcl__gemm_wgrad). applied and added are set on return: whether
  * the product applied epi, t2 (the caller does it otherwise). */
 typedef struct gemm_extra {
   int epi;
   relcl_buf mask;
   size_t ldm;
   const relcl__gemm_term *t2;
-  const relcl__heads *hl;
+  size_t heads, c_head;
   relcl__colsums *sums;
   bool applied, added;
 } gemm_extra;
@@ -519,16 +511,14 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
     return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM with an empty inner dimension");
-  size_t len;
-  const how_t how = route(ctx, trans_a, trans_b, m, n, k, batch, &len);
-  if (x->hl && x->hl->heads > 1 && (how == CLBLAST_BATCHED || how == CLBLAST || batch == 1))
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM: groups of heads in a batch CLBlast runs");
   /* CLBlast returns the event of its last kernel only, and its indirect GEMM runs up to four
    * (padding and transposing A, B and C around the product): a marker before the call lets
    * the profile time all of them. */
   cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
   if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
     start = NULL;
+  size_t len;
+  const how_t how = route(ctx, trans_a, trans_b, m, n, k, batch, &len);
   /* a single product for gemm_cpu_batch's blocks of rows (cpu_product) */
   const size_t chunk = how == CPU && batch == 1 ? narrow_chunk(ctx, trans_a, trans_b, m, k) : 0;
   /* only gemm_cpu's single products take an epilogue, and a bias only in a sum of one piece
@@ -541,7 +531,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   const bool bias_ok = !(epi & RELCL_GEMM_BIAS) || (len == k && ctx->cpu_vec <= 8);
   if (how != CPU || batch > 1 || chunk > 0 || !bias_ok || !x->mask.mem) epi = 0;
   x->applied = epi != 0;
-  /* only gemm_cpu_batch's batches take a second term (relcl__gemm_heads runs it apart else) */
+  /* only gemm_cpu_batch's batches take a second term (relcl__gemm_plus runs it apart else) */
   if (!batch_kernel(how, batch, len, k) || (t2 && t2->k == 0)) t2 = NULL;
   x->added = t2 != NULL;
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
@@ -586,15 +576,15 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, ta, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
                        stride_b, bb, c, ldc, stride_c, batch, chunk, x->mask, x->ldm, epi, t2,
-                       x->hl, b_panel, e);
+                       x->heads, x->c_head, b_panel, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
-                       stride_b, NULL, bb, c, ldc, stride_c, x->hl, batch, e);
+                       stride_b, NULL, bb, c, ldc, stride_c, 1, 0, batch, e);
       break;
     case DOTS:
       st = dots_product(ctx, trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb, stride_b, bb,
-                        c, ldc, stride_c, batch, x->hl, e);
+                        c, ldc, stride_c, batch, e);
       break;
     case CLBLAST_BATCHED: { /* CLBlast's direct kernel, which reads every layout in place */
       CLBlastStatusCode code = CLBlastSgemmStridedBatched(
@@ -636,51 +626,41 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                   stride_b, beta, c, ldc, stride_c, batch, &x);
 }
 
-/* relcl_buf x, off floats on */
-static relcl_buf buf_on(relcl_buf x, size_t off) { return relcl_buf_at(x.mem, x.offset + off); }
-
-relcl_status relcl__gemm_heads(relcl_context *ctx, relcl_profile_part part, bool trans_a,
-                               bool trans_b, size_t m, size_t n, size_t k, float alpha,
-                               relcl_buf a, size_t lda, size_t stride_a, relcl_buf b,
-                               size_t ldb, size_t stride_b, const relcl__gemm_term *t2,
-                               relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
-                               size_t stride_c, const relcl__heads *hl, size_t batch) {
+relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                              size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                              size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                              size_t stride_b, const relcl__gemm_term *t2,
+                              relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
+                              size_t stride_c, size_t heads, size_t c_head, size_t batch) {
   if (t2 && t2->k == 0) t2 = NULL;
-  if (t2 && trans_b)
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM: a second term needs B as laid out");
-  relcl__heads h = hl && hl->heads > 1 ? *hl : (relcl__heads){1, 0, 0, 0, 0, 0};
-  relcl__gemm_term t = t2 ? *t2 : (relcl__gemm_term){0};
-  if (h.heads > 1 && batch % h.heads != 0)
-    return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM batch %zu is not a whole number of %zu heads",
-                       batch, h.heads);
-  /* heads that follow each other at their groups' stride: one stride for all */
-  const size_t H = h.heads;
-  if (H > 1 && stride_a == H * h.a && stride_b == H * h.b && stride_c == H * h.c &&
-      (!t2 || (t.stride_a == H * h.a2 && t.stride_b == H * h.b2))) {
-    stride_a = h.a, stride_b = h.b, stride_c = h.c, t.stride_a = h.a2, t.stride_b = h.b2;
-    h.heads = 1;
-  }
   size_t len;
-  const how_t how = route(ctx, trans_a, trans_b, m, n, k, batch, &len);
-  if (h.heads <= 1 || how == CPU_BT || how == DOTS || (how == CPU && batch > 1)) {
-    /* relcl's batched kernels take the groups (and gemm_cpu_batch the second term) */
-    const relcl__heads h2 = {h.heads, h.a2, h.b2, h.c, 0, 0}; /* the second term's own run */
-    gemm_extra x = {.t2 = t2 ? &t : NULL, .hl = h.heads > 1 ? &h : NULL},
-               y = {.hl = h.heads > 1 ? &h2 : NULL};
-    relcl_status st = gemm_run(ctx, part, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b,
+  const how_t how = route(ctx, trans_a, false, m, n, k, batch, &len);
+  if (heads <= 1 || batch_kernel(how, batch, len, k)) {
+    gemm_extra x = {.t2 = t2, .heads = heads, .c_head = c_head}, none = {0};
+    relcl_status st = gemm_run(ctx, part, trans_a, false, m, n, k, alpha, a, lda, stride_a, b,
                                ldb, stride_b, beta, c, ldc, stride_c, batch, &x);
     if (st != RELCL_OK || x.added || !t2) return st;
-    return gemm_run(ctx, part2, false, false, m, n, t.k, alpha, t.a, t.lda, t.stride_a, t.b,
-                    t.ldb, t.stride_b, 1.0f, c, ldc, stride_c, batch, &y);
+    return gemm_run(ctx, part2, false, false, m, n, t2->k, alpha, t2->a, t2->lda, t2->stride_a,
+                    t2->b, t2->ldb, t2->stride_b, 1.0f, c, ldc, stride_c, batch, &none);
   }
-  /* elsewhere (CLBlast), one batch of the groups for each head */
+  /* elsewhere, C in the heads' layout: a batch of the heads for each group of them */
+  if (batch % heads != 0)
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM batch %zu is not a whole number of %zu heads",
+                       batch, heads);
   relcl_status st = RELCL_OK;
-  for (size_t e = 0; e < h.heads && st == RELCL_OK; e++) {
-    relcl__gemm_term te = t;
-    te.a = buf_on(t.a, e * h.a2), te.b = buf_on(t.b, e * h.b2);
-    st = relcl__gemm_heads(ctx, part, trans_a, trans_b, m, n, k, alpha, buf_on(a, e * h.a), lda,
-                           stride_a, buf_on(b, e * h.b), ldb, stride_b, t2 ? &te : NULL, part2,
-                           beta, buf_on(c, e * h.c), ldc, stride_c, NULL, batch / h.heads);
+  for (size_t g = 0; g < batch / heads && st == RELCL_OK; g++) {
+    const size_t e = g * heads; /* the group's first product */
+    relcl__gemm_term t = {0};
+    if (t2) {
+      t = *t2;
+      t.a = relcl_buf_at(t2->a.mem, t2->a.offset + e * t2->stride_a);
+      t.b = relcl_buf_at(t2->b.mem, t2->b.offset + e * t2->stride_b);
+    }
+    st = relcl__gemm_plus(ctx, part, trans_a, m, n, k, alpha,
+                          relcl_buf_at(a.mem, a.offset + e * stride_a), lda, stride_a,
+                          relcl_buf_at(b.mem, b.offset + e * stride_b), ldb, stride_b,
+                          t2 ? &t : NULL, part2, beta,
+                          relcl_buf_at(c.mem, c.offset + g * stride_c), ldc, c_head, 1, 0, heads);
   }
   return st;
 }

@@ -108,7 +108,7 @@ relcl_status relcl__gemm_in(relcl_context *ctx, relcl_profile_part part, bool tr
                             size_t stride_c, size_t batch);
 #define relcl__gemm(ctx, ...) relcl__gemm_in((ctx), RELCL_PART_CONTENT_GEMM, __VA_ARGS__)
 
-/* The second term of relcl__gemm_heads: A2 (m x k) and B2 (k x n), both as laid out, product
+/* The second term of relcl__gemm_plus: A2 (m x k) and B2 (k x n), both as laid out, product
  * e's at e times their strides (0: one for all) */
 typedef struct relcl__gemm_term {
   size_t k;
@@ -118,30 +118,19 @@ typedef struct relcl__gemm_term {
   size_t ldb, stride_b;
 } relcl__gemm_term;
 
-/* A batch in groups of `heads` products (attention's heads of one sequence): product e = g
- * heads + h of an operand X is at g stride_x + h x_head (x its field here), X's stride the
- * distance between groups. heads <= 1 (or NULL): product e at e stride_x. The merged layout
- * of relcl_heads_merge has a head's columns d floats apart (x_head d); the heads layout has
- * each head's matrix after the other (x_head the matrix's size). */
-typedef struct relcl__heads {
-  size_t heads;
-  size_t a, b, c, a2, b2; /* each operand's head offset (a2, b2: relcl__gemm_term's) */
-} relcl__heads;
-
-/* relcl__gemm_in's C = alpha (op(A) op(B) + A2 B2) + beta C, batch times, the products in
- * groups of heads where hl says so; t2 NULL or of k 0: no second term (only with B as laid
- * out). Where relcl's gemm_cpu_batch runs the batch (CPUs, batch > 1, B as laid out), in one
- * pass: each element one sum, op(A) B's terms then A2 B2's, timed under part; elsewhere C =
- * alpha op(A) op(B) + beta C under part, then C += alpha A2 B2 under part2. relcl's batched
- * kernels read every operand in groups of heads; CLBlast's batched GEMM reads one stride,
- * so there it is one batch per head (one in all where each operand's stride is heads times
- * its head offset). */
-relcl_status relcl__gemm_heads(relcl_context *ctx, relcl_profile_part part, bool trans_a,
-                               bool trans_b, size_t m, size_t n, size_t k, float alpha,
-                               relcl_buf a, size_t lda, size_t stride_a, relcl_buf b,
-                               size_t ldb, size_t stride_b, const relcl__gemm_term *t2,
-                               relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
-                               size_t stride_c, const relcl__heads *hl, size_t batch);
+/* relcl__gemm_in's C = alpha (op(A) B + A2 B2) + beta C, B as laid out, batch times; t2
+ * NULL or of k 0: no second term. Where relcl's gemm_cpu_batch runs the batch (CPUs, batch >
+ * 1), in one pass: each element one sum, op(A) B's terms then A2 B2's, timed under part;
+ * elsewhere C = alpha op(A) B + beta C under part, then C += alpha A2 B2 under part2. With
+ * heads > 1 (a divisor of batch), product e's C is at (e / heads) stride_c + (e % heads)
+ * c_head (the merged layout of relcl_heads_merge); where gemm_cpu_batch does not run the
+ * batch, that is one batch of heads products a group (relcl__own_products tells which). */
+relcl_status relcl__gemm_plus(relcl_context *ctx, relcl_profile_part part, bool trans_a,
+                              size_t m, size_t n, size_t k, float alpha, relcl_buf a,
+                              size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
+                              size_t stride_b, const relcl__gemm_term *t2,
+                              relcl_profile_part part2, float beta, relcl_buf c, size_t ldc,
+                              size_t stride_c, size_t heads, size_t c_head, size_t batch);
 
 /* relcl__gemm's C = alpha A B + beta C (one product, A and B as laid out), then ReLU's
  * backward where relcl's gemm_cpu runs the product: C[i][j] = 0 unless y[i][j] > 0 (y, ReLU's
