@@ -236,6 +236,11 @@ inline void cpu_store(__global float *c, __global const float *mk, int epi, CPU_
     CPU_ASK_SPAN(na2, a2_span, t, 0);                                                       \
   }
 
+/* Where C's row i starts in cpu_rows (sn, s_seq, s_row, ldc: see there) */
+#define CPU_C_ROW(i)                                                                        \
+  (sn > 0 ? (size_t)((i) / sn) * s_seq + (size_t)((i) - (i) / sn * sn) * s_row              \
+          : (size_t)(i) * ldc)
+
 /* The block of C at rows i0 .. i0 + CPU_MR - 1 (few: CPU_MR / 2) and columns j0 .. j0 + 2 W
  * - 1 (A, B and C already at the product and B, C at column j0): its sum and its store. With
  * k2 > 0 a second term follows in the same sum, A2 (m x k2, rows lda2 apart) times B2 (k2 x n,
@@ -245,7 +250,8 @@ inline void cpu_store(__global float *c, __global const float *mk, int epi, CPU_
  * false and k2 0, constants: its sum is then as if this code were not there (asking in
  * gemm_cpu's single products had made them 5-10% slower). With epi (flags.h, RELCL_GEMM_*),
  * its store applies M's rows mk (ldm apart, at column j0; ldm 0 for one bias row) as
- * cpu_store says; epi 0 reads no mk. */
+ * cpu_store says; epi 0 reads no mk. With sn > 0 C's rows go in sequences of sn rows (gemm_cpu's
+ * heads layout): row i at (i / sn) s_seq + (i % sn) s_row from C; else i ldc. */
 __attribute__((always_inline)) inline void
 cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global const float *A, uint lda, int trans_a, __global const float *B, uint ldb,
@@ -253,7 +259,7 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
          __global float *C, uint ldc, bool ask, uint t, __global const float *na,
          size_t a_span, __global const float *nb, __global const float *nc,
          __global const float *na2, size_t a2_span, bool few, __global const float *mk,
-         uint ldm, int epi) {
+         uint ldm, int epi, uint sn, size_t s_seq, uint s_row) {
   const int rows = few ? CPU_MR / 2 : CPU_MR; /* a constant where cpu_rows is inlined */
   CPU_BLOCK_START;
   const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is a[i][p sp] */
@@ -267,8 +273,8 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
                              * slices: gemm.c), into L2, where the sum's stream of A and B
                              * leaves them (in L1 it would not) */
     for (int r = 0; r < rows && i0 + r < m; r++) {
-      CPU_PREFETCH_L2(C + (size_t)(i0 + r) * ldc);
-      if (2 * CPU_W > 16) CPU_PREFETCH_L2(C + (size_t)(i0 + r) * ldc + 16);
+      CPU_PREFETCH_L2(C + CPU_C_ROW(i0 + r));
+      if (2 * CPU_W > 16) CPU_PREFETCH_L2(C + CPU_C_ROW(i0 + r) + 16);
     }
   CPU_SUM(B, ldb, k, sp)
   if (k2 > 0) {
@@ -276,7 +282,7 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
     CPU_SUM(B2, ldb2, k2, 1)
   }
   for (int r = 0; r < rows && i0 + r < m; r++)
-    cpu_store(C + (size_t)(i0 + r) * ldc, mk + (size_t)(i0 + r) * ldm, epi, alpha * c0[r],
+    cpu_store(C + CPU_C_ROW(i0 + r), mk + (size_t)(i0 + r) * ldm, epi, alpha * c0[r],
               alpha * c1[r], beta, n - j0);
 }
 
@@ -284,7 +290,8 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
                        uint a_off, uint lda, uint a_stride, int trans_a, __global const float *B,
                        uint b_off, uint ldb, uint b_stride, __global float *C, uint c_off,
                        uint ldc, uint c_stride, int rows_first, __global const float *M,
-                       uint m_off, uint ldm, int epi, uint b_panel) {
+                       uint m_off, uint ldm, int epi, uint b_panel, uint split_n, uint split_dh,
+                       uint split_h) {
   const uint c_id = get_global_id(rows_first ? 1 : 0), r_id = get_global_id(rows_first ? 0 : 1);
   const uint j0 = c_id * 2 * CPU_W, i0 = r_id * CPU_MR;
   if (j0 >= n || i0 >= m) return;
@@ -292,10 +299,20 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
   A += a_off + b * a_stride;
   /* the block's columns of B: at column j0 of B's rows (b_panel 2 W), or its panel */
   B += b_off + b * b_stride + (size_t)c_id * b_panel;
-  C += c_off + b * c_stride + j0;
+  /* C's block at column j0 of its rows; or with split_n > 0, in the heads layout of
+   * relcl_heads_split: C's columns are parts of split_h heads of split_dh columns, its rows
+   * sequences of split_n; part q's head h of sequence s is (split_n x split_dh) at q m
+   * split_h split_dh + (s split_h + h) split_n split_dh (the host asks only where a block's
+   * 2 W columns lie in one head) */
+  const uint g = split_n > 0 ? j0 / split_dh : 0, q = g / max(split_h, 1u);
+  C += c_off + b * c_stride +
+       (split_n > 0 ? (size_t)q * m * split_h * split_dh +
+                          (size_t)(g - q * split_h) * split_n * split_dh + (j0 - g * split_dh)
+                    : j0);
+  const size_t s_seq = (size_t)split_h * split_n * split_dh;
   /* M: C's shape (a mask) or one row (a bias, ldm 0), at column j0; C where epi is 0 */
   cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A, 0, B, 0, 0, C, ldc, false,
-           0, A, 0, B, C, A, 0, false, M + m_off + j0, ldm, epi);
+           0, A, 0, B, C, A, 0, false, M + m_off + j0, ldm, epi, split_n, s_seq, split_dh);
 }
 
 /* B (k x n, rows ldb apart) in panels of 2 W columns for gemm_cpu (gemm.c's panels()):
@@ -362,11 +379,11 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_batch(
     if (m - i0 <= CPU_MR / 2)
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
                ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
-               a2_span, true, C, 0, 0);
+               a2_span, true, C, 0, 0, 0, 0, 0);
     else
       cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A2, lda2, B2, ldb2, k2, C,
                ldc, ask, t, A + a_stride, a_span, B + b_stride, next_c, A2 + a2_stride,
-               a2_span, false, C, 0, 0);
+               a2_span, false, C, 0, 0, 0, 0, 0);
 }
 
 /* A batch of products with B transposed (Q K^T, dalpha = dZ V^T) on CPU devices: C = alpha

@@ -39,6 +39,7 @@ typedef enum {
   OP_TRANSPOSE, /* gemm.c's operand transpose (relcl__transpose, kernels/util.cl) */
   OP_BATCHED,   /* gemm.c's batched products (attention's per-head ones) */
   OP_RELU_LINEAR, /* a linear layer's backward after a ReLU (the feed-forward's second) */
+  OP_LINEAR_HEADS, /* a linear layer's output, or input gradient, in the heads layout */
 } op_kind;
 
 /* a, b, c: the op's sizes (see each check_*); f: eps, p, or lr; flag: the op's variant. */
@@ -101,6 +102,14 @@ static const layer_case cases[] = {
      * input gradient's dy as two K_CHUNK slices of 512 of its 1024 columns below */
     {OP_LINEAR, "linear 1037x128x128 acc", 1037, 128, 128, 0, 3},
     {OP_LINEAR, "linear 544x64x1024", 544, 64, 1024, 0, 1},
+    /* the output in the heads layout (relcl__linear_forward_heads, the attention's
+     * projections) and the input gradient (relcl__linear_backward_heads, the output
+     * projection's): a the index in split_cases below */
+    {OP_LINEAR_HEADS, "split dh 16", 0, 0, 0, 0, 0},
+    {OP_LINEAR_HEADS, "split q|k|v dh 64", 1, 0, 0, 0, 0},
+    {OP_LINEAR_HEADS, "split dh 12", 2, 0, 0, 0, 0},
+    {OP_LINEAR_HEADS, "split dh 32", 3, 0, 0, 0, 0},
+    {OP_LINEAR_HEADS, "split 1 sequence", 4, 0, 0, 0, 0},
     /* element-wise: a n */
     {OP_ELEMENTWISE, "eltwise n=1", 1, 0, 0, 0, 0},
     {OP_ELEMENTWISE, "eltwise n=1001", 1001, 0, 0, 0, 0},
@@ -726,6 +735,96 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
   free(a), free(b), free(c0), free(a2), free(b2), free(want), free(got[0]), free(got[1]);
 }
 
+/* B sequences of n rows; the forward's in, and parts x heads x dh outputs; the backward's
+ * out (its in is heads x dh). gemm_cpu's store writes the heads layout where dh is a multiple
+ * of its blocks' 2 W columns (16 with AVX2, 8 with SSE, 32 with AVX-512), else relcl
+ * splits the product from scratch: dh 16 in the store but with AVX-512, dh 12 never; rows
+ * not a multiple of gemm_cpu's 6 or 8, so that a block of rows crosses sequences. */
+static const struct {
+  int B, n, in, parts, heads, dh, bias, out;
+} split_cases[] = {
+    {3, 5, 24, 1, 3, 16, 1, 24},
+    {2, 33, 40, 3, 4, 64, 1, 20},
+    {3, 7, 9, 2, 2, 12, 0, 10},
+    {4, 13, 64, 1, 2, 32, 1, 33},
+    {1, 70, 17, 2, 1, 32, 1, 7},
+};
+
+/* x (rows x cols, as a linear layer writes it) in the heads layout of relcl__heads_split */
+static void split_ref(const double *x, size_t B, size_t n, size_t cols, size_t H, size_t dh,
+                      double *out) {
+  const size_t rows = B * n, parts = cols / (H * dh);
+  for (size_t q = 0; q < parts; q++)
+    for (size_t b = 0; b < B; b++)
+      for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < n; i++)
+          for (size_t e = 0; e < dh; e++)
+            out[q * rows * H * dh + ((b * H + h) * n + i) * dh + e] =
+                x[(b * n + i) * cols + (q * H + h) * dh + e];
+}
+
+static void check_linear_heads(relcl_context *ctx, const layer_case *c) {
+  const int B = split_cases[c->a].B, n = split_cases[c->a].n, in = split_cases[c->a].in;
+  const int H = split_cases[c->a].heads, dh = split_cases[c->a].dh;
+  const int out = split_cases[c->a].parts * H * dh, bias = split_cases[c->a].bias;
+  const int rows = B * n, bout = split_cases[c->a].out, bin = H * dh; /* the backward's */
+  const size_t nx = (size_t)rows * in, nw = (size_t)out * in, ny = (size_t)rows * out;
+  const size_t nbx = (size_t)rows * bin, nbw = (size_t)bout * bin, nby = (size_t)rows * bout;
+  const size_t guard = 8;
+  const float sentinel = -7.25f;
+  float *x = tu_alloc_host(nx), *w = tu_alloc_host(nw), *b = tu_alloc_host((size_t)out);
+  float *bx = tu_alloc_host(nbx), *bw = tu_alloc_host(nbw), *dy = tu_alloc_host(nby);
+  float *init = tu_alloc_host((ny > nbx ? ny : nbx) + guard);
+  tu_fill(x, nx, 71), tu_fill(w, nw, 72), tu_fill(b, (size_t)out, 73);
+  tu_fill(bx, nbx, 74), tu_fill(bw, nbw, 75), tu_fill(dy, nby, 76);
+  for (size_t i = 0; i < (ny > nbx ? ny : nbx) + guard; i++) init[i] = sentinel;
+  double *y = calloc(ny, 8), *ys = calloc(ny, 8), *dx = calloc(nbx, 8), *dxs = calloc(nbx, 8);
+  double *dw = calloc(nbw, 8), *db = calloc((size_t)bout, 8);
+  ref_linear_forward(rows, in, out, x, w, bias ? b : NULL, y);
+  ref_linear_backward(rows, bin, bout, bx, bw, dy, dx, dw, db);
+  split_ref(y, (size_t)B, (size_t)n, (size_t)out, (size_t)H, (size_t)dh, ys);
+  split_ref(dx, (size_t)B, (size_t)n, (size_t)bin, (size_t)H, (size_t)dh, dxs);
+  float *got[2][4];
+  for (int run = 0; run < 2; run++) {
+    cl_mem X = tu_upload(ctx, x, nx), Wm = tu_upload(ctx, w, nw),
+           Bm = tu_upload(ctx, b, (size_t)out), Y = tu_upload(ctx, init, ny + guard);
+    cl_mem BX = tu_upload(ctx, bx, nbx), BW = tu_upload(ctx, bw, nbw),
+           DY = tu_upload(ctx, dy, nby), DX = tu_upload(ctx, init, nbx + guard), DW, DB;
+    TU_OK(relcl_alloc(ctx, nbw, &DW));
+    TU_OK(relcl_alloc(ctx, (size_t)bout, &DB));
+    TU_OK(relcl_fill(ctx, B0(DW), 0.0f, nbw));
+    TU_OK(relcl_fill(ctx, B0(DB), 0.0f, (size_t)bout));
+    TU_OK(relcl__linear_forward_heads(ctx, rows, in, out, B0(X), B0(Wm),
+                                      bias ? B0(Bm) : RELCL_BUF_NONE, B0(Y), n, H, dh));
+    TU_OK(relcl__linear_backward_heads(ctx, rows, bin, bout, B0(BX), B0(BW), B0(DY), B0(DX), n,
+                                       H, dh, B0(DW), B0(DB)));
+    got[run][0] = tu_download(ctx, Y, ny + guard);
+    got[run][1] = tu_download(ctx, DX, nbx + guard);
+    got[run][2] = tu_download(ctx, DW, nbw);
+    got[run][3] = tu_download(ctx, DB, (size_t)bout);
+    cl_mem all[] = {X, Wm, Bm, Y, BX, BW, DY, DX, DW, DB};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  }
+  size_t touched = 0;
+  for (size_t i = 0; i < guard; i++)
+    touched += (got[0][0][ny + i] != sentinel) + (got[0][1][nbx + i] != sentinel);
+  const double ey = tu_rel_err(got[0][0], ys, ny, 1e-2), ex = tu_rel_err(got[0][1], dxs, nbx, 1e-2);
+  const double ew = tu_rel_err(got[0][2], dw, nbw, 1e-2);
+  const double eb = tu_rel_err(got[0][3], db, (size_t)bout, 1e-2);
+  tu_check(ey < 1e-5, "%-28s y in the heads layout: rel err %.2e", c->name, ey);
+  tu_check(ex < 1e-5, "%-28s dx in the heads layout: rel err %.2e", c->name, ex);
+  tu_check(ew < 1e-5 && eb < 1e-5, "%-28s dW, db rel err %.2e, %.2e", c->name, ew, eb);
+  tu_check(touched == 0, "%-28s nothing written past y and dx (%zu)", c->name, touched);
+  int same = 1;
+  const size_t len[4] = {ny + guard, nbx + guard, nbw, (size_t)bout};
+  for (int i = 0; i < 4; i++) same &= memcmp(got[0][i], got[1][i], len[i] * 4) == 0;
+  tu_check(same, "%-28s bitwise identical on a second run", c->name);
+  for (int run = 0; run < 2; run++)
+    for (int i = 0; i < 4; i++) free(got[run][i]);
+  free(x), free(w), free(b), free(bx), free(bw), free(dy), free(init);
+  free(y), free(ys), free(dx), free(dxs), free(dw), free(db);
+}
+
 /* dx = (dy W) where x > 0, else 0, dW += dy^T x, db += column sums of dy
  * (relcl__relu_linear_backward), against test/ref's linear backward masked here by the
  * formula; x is a ReLU's output, about half of it exactly 0. dx holds NaN first (it is
@@ -1085,6 +1184,7 @@ int main(int argc, char **argv) {
       case OP_EMBEDDING: check_embedding(ctx, c); break;
       case OP_DROPOUT: check_dropout(ctx, c); break;
       case OP_LINEAR: check_linear(ctx, c); break;
+      case OP_LINEAR_HEADS: check_linear_heads(ctx, c); break;
       case OP_ELEMENTWISE: check_elementwise(ctx, c); break;
       case OP_FUSED: check_fused(ctx, c); break;
       case OP_HEADS: check_heads(ctx, c); break;

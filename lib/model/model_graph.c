@@ -330,7 +330,7 @@ static relcl_buf key_len(const pass *p, const block_desc *bd) {
 static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__block_a *ba,
                             relcl_buf u, relcl_buf *b) {
   const relcl__layout *L = p->L;
-  const int D = p->D, N = rows_of(p, bd), B = p->B, H = p->H, dh = p->dh;
+  const int D = p->D, N = rows_of(p, bd), H = p->H, dh = p->dh;
   const size_t ND = (size_t)N * D;
   relcl_buf out = W(p, L->a);
   if (bd->kind == SUB_FFN) {
@@ -344,22 +344,21 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
   size_t q = ba->qkv_h, k, v;
+  /* q, k, v in the heads layout, each after the other, as the projections store them */
   if (bd->kind == SUB_SELF) {
-    const int n = desc.nq;
-    TRY(relcl__linear_forward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
+    TRY(relcl__linear_forward_heads(p->ctx, N, D, 3 * D, u, P(p, ap->wq), P(p, ap->bq), A(p, q),
+                                    desc.nq, H, dh));
     k = q + ND;
     v = k + ND;
-    /* q, k, v follow each other: one split of the three */
-    TRY(relcl__heads_split(p->ctx, 3, B, n, H, dh, W(p, L->qkv), 3 * D, A(p, q)));
   } else {
     const size_t DD = (size_t)D * D, NsD = p->Ns * D;
-    TRY(relcl__linear_forward(p->ctx, N, D, D, u, P(p, ap->wq), P(p, ap->bq), W(p, L->qkv)));
-    TRY(relcl__heads_split(p->ctx, 1, B, p->T, H, dh, W(p, L->qkv), D, A(p, q)));
+    TRY(relcl__linear_forward_heads(p->ctx, N, D, D, u, P(p, ap->wq), P(p, ap->bq), A(p, q),
+                                    p->T, H, dh));
     k = q + ND;
     v = k + NsD;
-    TRY(relcl__linear_forward(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out), P(p, ap->wq + DD),
-                             P(p, ap->bq + (size_t)D), W(p, L->qkv)));
-    TRY(relcl__heads_split(p->ctx, 2, B, p->S, H, dh, W(p, L->qkv), 2 * D, A(p, k)));
+    TRY(relcl__linear_forward_heads(p->ctx, (int)p->Ns, D, 2 * D, A(p, L->enc_out),
+                                    P(p, ap->wq + DD), P(p, ap->bq + (size_t)D), A(p, k), p->S,
+                                    H, dh));
   }
   /* Z straight into the merged layout the output projection reads (ops.h) */
   TRY(relcl__attn_forward(p->ctx, &desc, A(p, q), A(p, k), A(p, v),
@@ -387,9 +386,8 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   }
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
-  TRY(relcl__linear_backward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), da, W(p, L->dzm), 0,
-                            G(p, ap->wo), G(p, ap->bo)));
-  TRY(relcl__heads_split(p->ctx, 1, B, desc.nq, H, dh, W(p, L->dzm), D, W(p, L->zh)));
+  TRY(relcl__linear_backward_heads(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), da,
+                                   W(p, L->zh), desc.nq, H, dh, G(p, ap->wo), G(p, ap->bo)));
   const size_t nkD = (size_t)B * desc.nk * D;
   const size_t q = ba->qkv_h, k = q + ND, v = k + nkD;
   const relcl_buf qkv = W(p, L->qkv);
@@ -404,7 +402,7 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
     return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), qkv, dx, acc,
                                  G(p, ap->wq), G(p, ap->bq));
   }
-  /* cross attention: dq merged into dzm (free once dz is split), dk and dv side by side
+  /* cross attention: dq merged into dzm (free: dz went to zh), dk and dv side by side
    * into the merged (Ns x 2D) gradient of the encoder's projection */
   const relcl_buf dqm = W(p, L->dzm);
   TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),

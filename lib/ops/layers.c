@@ -433,17 +433,38 @@ relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint6
 
 /* ---- linear ---- */
 
+/* A product's C, rows x cols, into y in the heads layout sp (relcl__split) after all: from
+ * scratch T, where the product could not store it so (relcl__gemm_splits) */
+static relcl_status split_from(relcl_context *ctx, const relcl__split *sp, size_t rows,
+                               size_t cols, cl_mem T, relcl_buf y) {
+  const size_t width = sp->heads * sp->head_dim;
+  return relcl__heads_split(ctx, (int)(cols / width), (int)(rows / sp->n), (int)sp->n,
+                            (int)sp->heads, (int)sp->head_dim, relcl_buf_at(T, 0), (int)cols, y);
+}
+
 /* y = x W^T [+ b], then ReLU with RELCL_RELU: the bias and the activation in the product's
- * store where relcl's gemm_cpu runs it (relcl__gemm_bias), else in one pass after it. */
+ * store where relcl's gemm_cpu runs it (relcl__gemm_store), else in one pass after it. With
+ * sp (not NULL), y in the heads layout sp: in the product's store where gemm_cpu can store it
+ * so, else through scratch and relcl__heads_split. */
 static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
-                               relcl_buf W, relcl_buf b, relcl_buf y, int flags) {
+                               relcl_buf W, relcl_buf b, relcl_buf y, int flags,
+                               const relcl__split *sp) {
   const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
   relcl_status st = RELCL_OK;
-  bool applied = false;
-  if (b.mem)
-    st = relcl__gemm_bias(ctx, true, R, O, I, x, I, W, I, y, O, b, flags & RELCL_RELU, &applied);
-  else
-    st = relcl__gemm(ctx, false, true, R, O, I, 1.0f, x, I, 0, W, I, 0, 0.0f, y, O, 0, 1);
+  if (sp && !relcl__gemm_splits(ctx, true, R, O, I, sp)) {
+    cl_mem T = NULL;
+    st = relcl__pool_get(ctx, R * O * sizeof(float), &T);
+    if (st == RELCL_OK) st = linear_fwd(ctx, rows, in, out, x, W, b, relcl_buf_at(T, 0), flags,
+                                        NULL);
+    if (st == RELCL_OK) st = split_from(ctx, sp, R, O, T, y);
+    relcl__pool_put(ctx, T); /* the queue is in order: the split has read it */
+    return st;
+  }
+  bool applied = false, split = false;
+  st = relcl__gemm_store(ctx, true, R, O, I, x, I, W, I, y, O, b, flags & RELCL_RELU, sp,
+                         &applied, &split);
+  if (st == RELCL_OK && sp && (!split || (b.mem && !applied)))
+    return relcl__fail(RELCL_ERR_INVALID_ARG, "linear forward: the product did not split its output");
   if (st != RELCL_OK || b.mem == NULL || applied) return st;
   relcl__kernel_entry *k;
   if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
@@ -460,12 +481,19 @@ static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, re
 
 relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                    relcl_buf W, relcl_buf b, relcl_buf y) {
-  return linear_fwd(ctx, rows, in, out, x, W, b, y, 0);
+  return linear_fwd(ctx, rows, in, out, x, W, b, y, 0, NULL);
+}
+
+relcl_status relcl__linear_forward_heads(relcl_context *ctx, int rows, int in, int out,
+                                         relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y,
+                                         int n, int heads, int head_dim) {
+  const relcl__split sp = {(size_t)n, (size_t)heads, (size_t)head_dim};
+  return linear_fwd(ctx, rows, in, out, x, W, b, y, 0, &sp);
 }
 
 relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, int out,
                                         relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y) {
-  return linear_fwd(ctx, rows, in, out, x, W, b, y, RELCL_RELU);
+  return linear_fwd(ctx, rows, in, out, x, W, b, y, RELCL_RELU, NULL);
 }
 
 relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
@@ -485,14 +513,31 @@ relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out,
   return relcl__linear_forward(ctx, rows, in, out, x, W, b, y);
 }
 
-relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
-                                    relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
-                                    relcl_buf dW, relcl_buf db) {
+/* relcl__linear_backward, with sp (not NULL) dx overwritten in the heads layout sp: in the
+ * product's store where gemm_cpu can store it so, else through scratch and heads_split */
+static relcl_status linear_bwd(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                               relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
+                               relcl_buf dW, relcl_buf db, const relcl__split *sp) {
   const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
   relcl_status st = RELCL_OK;
-  if (dx.mem)
+  if (dx.mem && sp && relcl__gemm_splits(ctx, false, R, I, O, sp)) {
+    bool applied, split = false;
+    st = relcl__gemm_store(ctx, false, R, I, O, dy, O, W, I, dx, I, RELCL_BUF_NONE, false, sp,
+                           &applied, &split);
+    if (st == RELCL_OK && !split)
+      return relcl__fail(RELCL_ERR_INVALID_ARG, "linear backward: the product did not split dx");
+  } else if (dx.mem && sp) {
+    cl_mem T = NULL;
+    st = relcl__pool_get(ctx, R * I * sizeof(float), &T);
+    if (st == RELCL_OK)
+      st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0, 0.0f,
+                       relcl_buf_at(T, 0), I, 0, 1);
+    if (st == RELCL_OK) st = split_from(ctx, sp, R, I, T, dx);
+    relcl__pool_put(ctx, T);
+  } else if (dx.mem) {
     st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0,
                      accumulate ? 1.0f : 0.0f, dx, I, 0, 1);
+  }
   /* the bias gradient from the weight gradient's copy of dy where it makes one (CPUs),
    * else in a pass of its own */
   relcl__colsums sums = {NULL, 0};
@@ -503,6 +548,20 @@ relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int ou
                    : relcl__colsum(ctx, rows, out, dy, out, db, 1);
   relcl__pool_put(ctx, sums.part); /* the queue is in order: colsum_finish has read it */
   return st;
+}
+
+relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                    relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
+                                    relcl_buf dW, relcl_buf db) {
+  return linear_bwd(ctx, rows, in, out, x, W, dy, dx, accumulate, dW, db, NULL);
+}
+
+relcl_status relcl__linear_backward_heads(relcl_context *ctx, int rows, int in, int out,
+                                          relcl_buf x, relcl_buf W, relcl_buf dy, relcl_buf dx,
+                                          int n, int heads, int head_dim, relcl_buf dW,
+                                          relcl_buf db) {
+  const relcl__split sp = {(size_t)n, (size_t)heads, (size_t)head_dim};
+  return linear_bwd(ctx, rows, in, out, x, W, dy, dx, 0, dW, db, &sp);
 }
 
 relcl_status relcl__relu_linear_backward(relcl_context *ctx, int rows, int in, int out,

@@ -51,6 +51,18 @@ relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, in
 relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                     relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                     relcl_buf dW, relcl_buf db);
+/* The same with y, or dx (overwritten), in the heads layout of relcl__heads_split: out (or
+ * in) columns in parts of heads x head_dim, rows in sequences of n; each (sequence, head) an
+ * n x head_dim matrix, part after part. Where relcl's gemm_cpu runs the product and each of
+ * its blocks of columns lies in one head, its store writes them there (the head split costs
+ * no pass); else through scratch and relcl__heads_split. */
+relcl_status relcl__linear_forward_heads(relcl_context *ctx, int rows, int in, int out,
+                                         relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y,
+                                         int n, int heads, int head_dim);
+relcl_status relcl__linear_backward_heads(relcl_context *ctx, int rows, int in, int out,
+                                          relcl_buf x, relcl_buf W, relcl_buf dy, relcl_buf dx,
+                                          int n, int heads, int head_dim, relcl_buf dW,
+                                          relcl_buf db);
 /* relcl__linear_backward (dx overwritten) of a linear layer whose input x is a ReLU's output,
  * with ReLU's backward in dx: dx = dy W where x > 0, else 0 (the feed-forward's second
  * layer). The mask goes into the product's store where relcl's gemm_cpu runs it, else

@@ -362,7 +362,8 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                                 float beta, relcl_buf c, size_t ldc, size_t stride_c,
                                 size_t batch, size_t chunk, relcl_buf mask, size_t ldm,
                                 cl_int epi, const relcl__gemm_term *t2, size_t heads,
-                                size_t c_head, size_t b_panel, cl_event *ev) {
+                                size_t c_head, size_t b_panel, const relcl__split *split,
+                                cl_event *ev) {
   const size_t mr = RELCL_CPU_MR(ctx->cpu_vec), nr = 2 * (size_t)ctx->cpu_vec;
   if (batch > 1)
     return cpu_columns(ctx, "gemm_cpu_batch", trans_a, m, n, k, alpha, a, lda, stride_a, b, ldb,
@@ -413,6 +414,10 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     RELCL__ARG(&args, lm);
     RELCL__ARG(&args, epi);
     RELCL__ARG(&args, panel);
+    /* C in the heads layout (gemm_run checked that gemm_cpu's blocks lie in one head) */
+    const cl_uint sp[3] = {split ? (cl_uint)split->n : 0, split ? (cl_uint)split->head_dim : 0,
+                           split ? (cl_uint)split->heads : 0};
+    for (int i = 0; i < 3; i++) RELCL__ARG(&args, sp[i]);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
     size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
     size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
@@ -480,13 +485,32 @@ static bool batch_kernel(how_t how, size_t batch, size_t len, size_t k) {
   return how == CPU && batch > 1 && len == k;
 }
 
+/* Whether a product so routed can store C in the heads layout sp (relcl__gemm_store): only
+ * gemm_cpu's single products of one piece, each block of 2 W columns in one head, whole
+ * sequences */
+static bool split_ok(const relcl_context *ctx, how_t how, size_t batch, size_t chunk, size_t len,
+                     size_t k, size_t m, size_t n, const relcl__split *sp) {
+  return how == CPU && batch == 1 && chunk == 0 && len == k && sp->n > 0 && m % sp->n == 0 &&
+         sp->heads > 0 && sp->head_dim % (2 * (size_t)ctx->cpu_vec) == 0 &&
+         n % (sp->heads * sp->head_dim) == 0;
+}
+
+bool relcl__gemm_splits(const relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
+                        const relcl__split *sp) {
+  size_t len;
+  const how_t how = route(ctx, false, trans_b, m, n, k, 1, &len);
+  const size_t chunk = how == CPU ? narrow_chunk(ctx, false, trans_b, m, k) : 0;
+  return split_ok(ctx, how, 1, chunk, len, k, m, n, sp);
+}
+
 /* What a product may do besides C = alpha op(A) op(B) + beta C (gemm_run), each only where
  * its route allows; zero for none. epi: an epilogue in gemm_cpu's store (flags.h
  * RELCL_GEMM_*: relcl__gemm_relu_masked's mask, relcl__gemm_bias's bias), its operand M in
  * mask, rows ldm apart (0: one row). t2: a second term in gemm_cpu_batch's sum
  * (relcl__gemm_plus), heads and c_head: C in the heads' layout. sums: A's partial column sums
- * from its transposed copy (relcl__gemm_wgrad). applied and added are set on return: whether
- * the product applied epi, t2 (the caller does it otherwise). */
+ * from its transposed copy (relcl__gemm_wgrad). split: C in the heads layout (relcl__gemm_store).
+ * applied, added and split_done are set on return: whether the product applied epi, t2 and
+ * split (the caller does it otherwise). */
 typedef struct gemm_extra {
   int epi;
   relcl_buf mask;
@@ -494,7 +518,8 @@ typedef struct gemm_extra {
   const relcl__gemm_term *t2;
   size_t heads, c_head;
   relcl__colsums *sums;
-  bool applied, added;
+  const relcl__split *split;
+  bool applied, added, split_done;
 } gemm_extra;
 
 /* relcl__gemm_in and its variants below, with the extras in x */
@@ -503,7 +528,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
                              relcl_buf a, size_t lda, size_t stride_a, relcl_buf b, size_t ldb,
                              size_t stride_b, float beta, relcl_buf c, size_t ldc,
                              size_t stride_c, size_t batch, gemm_extra *x) {
-  x->applied = x->added = false;
+  x->applied = x->added = x->split_done = false;
   if (x->sums) *x->sums = (relcl__colsums){NULL, 0};
   int epi = x->epi;
   const relcl__gemm_term *t2 = x->t2;
@@ -528,7 +553,16 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * passes it saved (docs/speed.md, session 21); on the Zen 3 (AVX2) relcl-bench op by op
    * put the products with and without it within 5% of each other (the spread of its runs)
    * and the step lost its 18 bias_add passes (session 28). */
-  const bool bias_ok = !(epi & RELCL_GEMM_BIAS) || (len == k && ctx->cpu_vec <= 8);
+  /* C in the heads layout (relcl__gemm_store), with a bias in the store also where the width
+   * would keep it apart (below): a product in the heads layout cannot leave it to bias_add */
+  const relcl__split *split =
+      x->split && split_ok(ctx, how, batch, chunk, len, k, m, n, x->split) &&
+              !(epi & RELCL_GEMM_RELU_BWD) && (!(epi & RELCL_GEMM_BIAS) || x->mask.mem)
+          ? x->split
+          : NULL;
+  x->split_done = split != NULL;
+  const bool bias_ok =
+      !(epi & RELCL_GEMM_BIAS) || (len == k && (ctx->cpu_vec <= 8 || split != NULL));
   if (how != CPU || batch > 1 || chunk > 0 || !bias_ok || !x->mask.mem) epi = 0;
   x->applied = epi != 0;
   /* only gemm_cpu_batch's batches take a second term (relcl__gemm_plus runs it apart else) */
@@ -576,7 +610,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, ta, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
                        stride_b, bb, c, ldc, stride_c, batch, chunk, x->mask, x->ldm, epi, t2,
-                       x->heads, x->c_head, b_panel, e);
+                       x->heads, x->c_head, b_panel, split, e);
       break;
     case CPU_BT:
       st = cpu_columns(ctx, "gemm_cpu_bt", trans_a, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
@@ -605,8 +639,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
                         : epi & RELCL_GEMM_RELU_BWD ? " relu'"
                         : epi & RELCL_GEMM_RELU     ? " +bias relu"
                                                     : " +bias";
-    snprintf(name, sizeof name, "%s%s%s%s %zux%zux%zu%s x%zu", kind, trans_a ? " A^T" : "",
-             trans_b ? " B^T" : "", store, m, n, k, plus, batch);
+    snprintf(name, sizeof name, "%s%s%s%s%s %zux%zux%zu%s x%zu", kind, trans_a ? " A^T" : "",
+             trans_b ? " B^T" : "", store, split ? " split" : "", m, n, k, plus, batch);
     const size_t sum = k + (t2 ? t2->k : 0); /* rated as the one sum it is */
     relcl__profile_span(ctx, name, part, (const size_t[4]){m, n, sum, batch}, start, ev);
   } else {
@@ -676,13 +710,16 @@ relcl_status relcl__gemm_relu_masked(relcl_context *ctx, size_t m, size_t n, siz
   return st;
 }
 
-relcl_status relcl__gemm_bias(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
-                              relcl_buf a, size_t lda, relcl_buf b, size_t ldb, relcl_buf c,
-                              size_t ldc, relcl_buf bias, bool relu, bool *applied) {
-  gemm_extra x = {.epi = RELCL_GEMM_BIAS | (relu ? RELCL_GEMM_RELU : 0), .mask = bias};
+relcl_status relcl__gemm_store(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
+                               relcl_buf a, size_t lda, relcl_buf b, size_t ldb, relcl_buf c,
+                               size_t ldc, relcl_buf bias, bool relu, const relcl__split *split,
+                               bool *applied, bool *split_done) {
+  gemm_extra x = {.epi = bias.mem ? RELCL_GEMM_BIAS | (relu ? RELCL_GEMM_RELU : 0) : 0,
+                  .mask = bias, .split = split};
   relcl_status st = gemm_run(ctx, RELCL_PART_CONTENT_GEMM, false, trans_b, m, n, k, 1.0f, a,
                              lda, 0, b, ldb, 0, 0.0f, c, ldc, 0, 1, &x);
   *applied = x.applied;
+  if (split_done) *split_done = x.split_done;
   return st;
 }
 

@@ -158,10 +158,25 @@ relcl_status relcl__gemm_wgrad(relcl_context *ctx, size_t m, size_t n, size_t k,
                                size_t lda, relcl_buf b, size_t ldb, relcl_buf c, size_t ldc,
                                relcl__colsums *sums);
 
-/* relcl__gemm's C = A op(B) + bias by column (a row of n), then max(., 0) with relu, in the
- * store where relcl's gemm_cpu runs the product in one piece, with the bits of the separate
- * pass (bias_add). *applied false: C = A op(B) alone, and the caller adds the bias. */
-relcl_status relcl__gemm_bias(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
-                              relcl_buf a, size_t lda, relcl_buf b, size_t ldb, relcl_buf c,
-                              size_t ldc, relcl_buf bias, bool relu, bool *applied);
+/* C in the heads layout of relcl_heads_split: C's n columns are n / (heads head_dim) parts of
+ * heads heads of head_dim columns, its rows sequences of n rows (n divides m); part q's head h
+ * of sequence s is an n x head_dim matrix at q m heads head_dim + (s heads + h) n head_dim. */
+typedef struct relcl__split {
+  size_t n, heads, head_dim;
+} relcl__split;
+
+/* relcl__gemm's C = A op(B) (one product, A as laid out), then with bias (a row of n, or
+ * RELCL_BUF_NONE) + bias by column and max(., 0) with relu: in the store where relcl's gemm_cpu
+ * runs the product in one piece, with the bits of the separate pass (bias_add); *applied
+ * false: C = A op(B) alone, and the caller adds the bias. With split (not NULL), C in its heads
+ * layout where gemm_cpu's blocks of 2 W columns each lie in one head (*split_done; a bias
+ * then always in the store); else C as laid out (ldc), and the caller splits. */
+relcl_status relcl__gemm_store(relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
+                               relcl_buf a, size_t lda, relcl_buf b, size_t ldb, relcl_buf c,
+                               size_t ldc, relcl_buf bias, bool relu, const relcl__split *split,
+                               bool *applied, bool *split_done);
+/* Whether relcl__gemm_store of this shape (A as laid out) stores C in the heads layout sp
+ * (then its *split_done is true): the caller picks where C goes before the call. */
+bool relcl__gemm_splits(const relcl_context *ctx, bool trans_b, size_t m, size_t n, size_t k,
+                        const relcl__split *sp);
 #endif
