@@ -505,7 +505,7 @@ bool relcl__gemm_splits(const relcl_context *ctx, bool trans_b, size_t m, size_t
 
 /* What a product may do besides C = alpha op(A) op(B) + beta C (gemm_run), each only where
  * its route allows; zero for none. epi: an epilogue in gemm_cpu's store (flags.h
- * RELCL_GEMM_*: relcl__gemm_relu_masked's mask, relcl__gemm_bias's bias), its operand M in
+ * RELCL_GEMM_*: relcl__gemm_relu_masked's mask, relcl__gemm_store's bias), its operand M in
  * mask, rows ldm apart (0: one row). t2: a second term in gemm_cpu_batch's sum
  * (relcl__gemm_plus), heads and c_head: C in the heads' layout. sums: A's partial column sums
  * from its transposed copy (relcl__gemm_wgrad). split: C in the heads layout (relcl__gemm_store).
