@@ -207,6 +207,69 @@ __kernel void ln_param_partial(__global const float *x, uint x_off, __global con
   }
 }
 
+#ifdef RELCL_ROW_ITEM
+/* ln_bwd and ln_param_partial in one pass over x and dy (the item shape: CPUs), a work-item
+ * a chunk of `chunk` rows, global (chunks): each row's dx as ln_bwd computes it, and its dy *
+ * xhat and dy added to the chunk's sums in part (2, chunks, d) as ln_param_partial adds them
+ * (row by row, each column its own sum), so both give the bits of the two kernels. The sums
+ * go through part itself, which stays in L1 (2 d floats). A row's dy is read before its dx
+ * is written: dx may be dy. */
+__kernel void ln_bwd_params(__global const float *x, uint x_off, __global const float *gain,
+                            uint g_off, __global const float *mean, uint m_off,
+                            __global const float *rstd, uint r_off, __global const float *dy,
+                            uint dy_off, __global float *dx, uint dx_off,
+                            __global float *part, int rows, int d, int chunk, int chunks,
+                            int flags) {
+  const int ch = get_global_id(0);
+  if (ch >= chunks) return;
+  const int r0 = ch * chunk, r1 = min(rows, r0 + chunk), vend = d - d % RELCL_COL_VEC;
+  __global float *pg = part + (size_t)ch * d, *pb = part + ((size_t)chunks + ch) * d;
+  gain += g_off;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    RELCL_COL_VSTORE((RELCL_COL_VECTOR)(0.0f), 0, pg + c);
+    RELCL_COL_VSTORE((RELCL_COL_VECTOR)(0.0f), 0, pb + c);
+  }
+  for (int c = vend; c < d; c++) pg[c] = pb[c] = 0.0f;
+  for (int row = r0; row < r1; row++) {
+    __global const float *xr = x + x_off + (size_t)row * d;
+    __global const float *dyr = dy + dy_off + (size_t)row * d;
+    __global float *dxr = dx + dx_off + (size_t)row * d;
+    const float mu = mean[m_off + row], rs = rstd[r_off + row];
+    RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
+    for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+      const RELCL_COL_VECTOR dv = RELCL_COL_VLOAD(0, dyr + c);
+      const RELCL_COL_VECTOR xh = (RELCL_COL_VLOAD(0, xr + c) - mu) * rs;
+      const RELCL_COL_VECTOR g = dv * RELCL_COL_VLOAD(0, gain + c);
+      a8 += g;
+      b8 += g * xh;
+      RELCL_COL_VSTORE(RELCL_COL_VLOAD(0, pg + c) + dv * xh, 0, pg + c);
+      RELCL_COL_VSTORE(RELCL_COL_VLOAD(0, pb + c) + dv, 0, pb + c);
+    }
+    float s1 = relcl_lanes_sum(a8), s2 = relcl_lanes_sum(b8);
+    for (int c = vend; c < d; c++) {
+      const float xh = (xr[c] - mu) * rs, g = dyr[c] * gain[c];
+      s1 += g;
+      s2 += g * xh;
+      pg[c] += dyr[c] * xh;
+      pb[c] += dyr[c];
+    }
+    s1 /= (float)d;
+    s2 /= (float)d;
+    for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+      const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + c);
+      RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
+      if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
+      RELCL_COL_VSTORE(v, 0, dxr + c);
+    }
+    for (int c = vend; c < d; c++) {
+      const float g = dyr[c] * gain[c];
+      const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
+      dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
+    }
+  }
+}
+#endif
+
 /* ---- column sums: chunks of rows, then the chunks, both in order ---- */
 
 /* part (chunks, cols): global as ln_param_partial's. */

@@ -156,11 +156,39 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
   relcl_status st = RELCL_OK;
   cl_mem part = NULL;
   relcl__kernel_entry *k;
-  if ((dgain.mem || dbias.mem)) { /* parameter sums first: dx may overwrite dy */
-    const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
-    if ((st = relcl__kernel(ctx, "layers", "ln_param_partial", &k)) != RELCL_OK) goto done;
-    if ((st = relcl__pool_get(ctx, 2 * (size_t)chunks * (size_t)d * 4, &part)) != RELCL_OK)
+  const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
+  const size_t bias_part = (size_t)chunks * (size_t)d;
+  if ((dgain.mem || dbias.mem) && relcl__row_item(ctx)) {
+    /* CPUs: dx and the parameter sums' chunks in one pass (layers.cl ln_bwd_params), then
+     * the chunks' sums as below: the bits of the two kernels, x and dy read once (Zen 3,
+     * issue 8's step: ln_param_partial was 9-10 ms a step, reading both again) */
+    if ((st = relcl__kernel(ctx, "layers", "ln_bwd_params", &k)) != RELCL_OK) goto done;
+    if ((st = relcl__pool_get(ctx, 2 * bias_part * 4, &part)) != RELCL_OK) goto done;
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
+    const int flags = accumulate ? RELCL_ACCUMULATE : 0;
+    relcl__buf_arg(&a, x, NULL);
+    relcl__buf_arg(&a, gain, NULL);
+    relcl__buf_arg(&a, mean, NULL);
+    relcl__buf_arg(&a, rstd, NULL);
+    relcl__buf_arg(&a, dy, NULL);
+    relcl__buf_arg(&a, dx, NULL);
+    RELCL__ARG(&a, part);
+    RELCL__ARG(&a, rows);
+    RELCL__ARG(&a, d);
+    RELCL__ARG(&a, chunk);
+    RELCL__ARG(&a, chunks);
+    RELCL__ARG(&a, flags);
+    size_t global = (size_t)chunks, local = 1; /* a work-group a chunk: both cores busy */
+    if ((st = relcl__launch(ctx, k, &a, 1, &global, &local)) != RELCL_OK) goto done;
+    if (dgain.mem && (st = relcl__colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
       goto done;
+    if (dbias.mem)
+      st = relcl__colsum_finish(ctx, part, bias_part, chunks, d, dbias, 1);
+    goto done;
+  }
+  if ((dgain.mem || dbias.mem)) { /* parameter sums first: dx may overwrite dy */
+    if ((st = relcl__kernel(ctx, "layers", "ln_param_partial", &k)) != RELCL_OK) goto done;
+    if ((st = relcl__pool_get(ctx, 2 * bias_part * 4, &part)) != RELCL_OK) goto done;
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, x, NULL);
     relcl__buf_arg(&a, mean, NULL);
@@ -173,7 +201,6 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     if ((st = launch_cols(ctx, k, &a, (size_t)d, (size_t)chunks)) != RELCL_OK) goto done;
     if (dgain.mem && (st = relcl__colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
       goto done;
-    const size_t bias_part = (size_t)chunks * (size_t)d;
     if (dbias.mem &&
         (st = relcl__colsum_finish(ctx, part, bias_part, chunks, d, dbias, 1)) != RELCL_OK)
       goto done;
