@@ -65,5 +65,7 @@
 #define RELCL_DROP_RUNS 4
 /* common.cl RELCL_FOR_ELEMENTS in the item shape: elements a work-item */
 #define RELCL_ELEM_RUN 64
+/* util.cl fill in the item shape: elements a work-item (a multiple of 16: whole vectors) */
+#define RELCL_FILL_RUN 1024
 
 #endif

@@ -40,6 +40,7 @@ typedef enum {
   OP_BATCHED,   /* gemm.c's batched products (attention's per-head ones) */
   OP_RELU_LINEAR, /* a linear layer's backward after a ReLU (the feed-forward's second) */
   OP_LINEAR_HEADS, /* a linear layer's output, or input gradient, in the heads layout */
+  OP_FILL,         /* relcl_fill */
 } op_kind;
 
 /* a, b, c: the op's sizes (see each check_*); f: eps, p, or lr; flag: the op's variant. */
@@ -110,6 +111,13 @@ static const layer_case cases[] = {
     {OP_LINEAR_HEADS, "split dh 12", 2, 0, 0, 0, 0},
     {OP_LINEAR_HEADS, "split dh 32", 3, 0, 0, 0, 0},
     {OP_LINEAR_HEADS, "split 1 sequence", 4, 0, 0, 0, 0},
+    /* relcl_fill: a n, b the offset; in the item shape (CPUs) runs of 1024 elements a
+     * work-item (flags.h RELCL_FILL_RUN) in whole vectors, a shorter last run one by one */
+    {OP_FILL, "fill 1", 1, 0, 0, 0, 0},
+    {OP_FILL, "fill 15 at 3", 15, 3, 0, 0, 0},
+    {OP_FILL, "fill 1024", 1024, 0, 0, 0, 0},
+    {OP_FILL, "fill 1025 at 5", 1025, 5, 0, 0, 0},
+    {OP_FILL, "fill 3000 at 1", 3000, 1, 0, 0, 0},
     /* element-wise: a n */
     {OP_ELEMENTWISE, "eltwise n=1", 1, 0, 0, 0, 0},
     {OP_ELEMENTWISE, "eltwise n=1001", 1001, 0, 0, 0, 0},
@@ -735,6 +743,27 @@ static void check_batched(relcl_context *ctx, const layer_case *c) {
   free(a), free(b), free(c0), free(a2), free(b2), free(want), free(got[0]), free(got[1]);
 }
 
+/* relcl_fill of n floats at an offset, 8 guard floats on each side untouched */
+static void check_fill(relcl_context *ctx, const layer_case *c) {
+  const size_t n = (size_t)c->a, off = 8 + (size_t)c->b, total = off + n + 8;
+  const float sentinel = -7.25f, value = 2.5f;
+  float *init = tu_alloc_host(total);
+  for (size_t i = 0; i < total; i++) init[i] = sentinel;
+  cl_mem X = tu_upload(ctx, init, total);
+  TU_OK(relcl_fill(ctx, relcl_buf_at(X, off), value, n));
+  float *got = tu_download(ctx, X, total);
+  size_t wrong = 0, touched = 0;
+  for (size_t i = 0; i < total; i++) {
+    const int inside = i >= off && i < off + n;
+    wrong += inside && got[i] != value;
+    touched += !inside && got[i] != sentinel;
+  }
+  tu_check(wrong == 0 && touched == 0, "%-28s every element (%zu wrong), nothing else (%zu)",
+           c->name, wrong, touched);
+  release(X);
+  free(init), free(got);
+}
+
 /* B sequences of n rows; the forward's in, and parts x heads x dh outputs; the backward's
  * out (its in is heads x dh). gemm_cpu's store writes the heads layout where dh is a multiple
  * of its blocks' 2 W columns (16 with AVX2, 8 with SSE, 32 with AVX-512), else relcl
@@ -1185,6 +1214,7 @@ int main(int argc, char **argv) {
       case OP_DROPOUT: check_dropout(ctx, c); break;
       case OP_LINEAR: check_linear(ctx, c); break;
       case OP_LINEAR_HEADS: check_linear_heads(ctx, c); break;
+      case OP_FILL: check_fill(ctx, c); break;
       case OP_ELEMENTWISE: check_elementwise(ctx, c); break;
       case OP_FUSED: check_fused(ctx, c); break;
       case OP_HEADS: check_heads(ctx, c); break;

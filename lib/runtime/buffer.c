@@ -1,5 +1,6 @@
 /* Device buffers: allocation, blocking transfers, fills, and the argument check every public
  * op makes of its buffers (relcl__check_buf). */
+#include "flags.h" /* RELCL_FILL_RUN: shared with kernels/util.cl */
 #include "internal.h"
 
 #include <stdint.h>
@@ -86,8 +87,10 @@ relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t 
   RELCL__ARG(&a, off);
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, value);
-  size_t wg = k->max_wg < 64 ? k->max_wg : 64;
-  size_t global = (n + wg - 1) / wg * wg;
+  /* a run of RELCL_FILL_RUN elements a work-item in the item shape (util.cl) */
+  const size_t items = relcl__row_item(ctx) ? (n + RELCL_FILL_RUN - 1) / RELCL_FILL_RUN : n;
+  size_t wg = relcl__row_item(ctx) ? 1 : k->max_wg < 64 ? k->max_wg : 64;
+  size_t global = (items + wg - 1) / wg * wg;
   return relcl__launch(ctx, k, &a, 1, &global, &wg);
 }
 
