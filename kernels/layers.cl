@@ -207,13 +207,13 @@ __kernel void ln_param_partial(__global const float *x, uint x_off, __global con
   }
 }
 
-#ifdef RELCL_ROW_ITEM
-/* ln_bwd and ln_param_partial in one pass over x and dy (the item shape: CPUs), a work-item
- * a chunk of `chunk` rows, global (chunks): each row's dx as ln_bwd computes it, and its dy *
- * xhat and dy added to the chunk's sums in part (2, chunks, d) as ln_param_partial adds them
- * (row by row, each column its own sum), so both give the bits of the two kernels. The sums
- * go through part itself, which stays in L1 (2 d floats). A row's dy is read before its dx
- * is written: dx may be dy. */
+/* ln_bwd and ln_param_partial in one pass over x and dy, a work-item a chunk of `chunk`
+ * rows, global (chunks): each row's dx as ln_bwd computes it, and its dy * xhat and dy added
+ * to the chunk's sums in part (2, chunks, d) as ln_param_partial adds them (row by row, each
+ * column its own sum), so both give the bits of the two kernels in the item shape (CPUs,
+ * where layers.c runs it; the group shape's scalar form is there to build). The sums go
+ * through part itself, which stays in L1 (2 d floats). A row's dy is read before its dx is
+ * written: dx may be dy. */
 __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const float *gain,
                             uint g_off, __global const float *mean, uint m_off,
                             __global const float *rstd, uint r_off, __global const float *dy,
@@ -222,19 +222,27 @@ __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const 
                             int flags) {
   const int ch = get_global_id(0);
   if (ch >= chunks) return;
-  const int r0 = ch * chunk, r1 = min(rows, r0 + chunk), vend = d - d % RELCL_COL_VEC;
+#ifdef RELCL_ROW_ITEM
+  const int vend = d - d % RELCL_COL_VEC; /* whole vectors, then the tail */
+#else
+  const int vend = 0;
+#endif
+  const int r0 = ch * chunk, r1 = min(rows, r0 + chunk);
   __global float *pg = part + (size_t)ch * d, *pb = part + ((size_t)chunks + ch) * d;
   gain += g_off;
+#ifdef RELCL_ROW_ITEM
   for (int c = 0; c < vend; c += RELCL_COL_VEC) {
     RELCL_COL_VSTORE((RELCL_COL_VECTOR)(0.0f), 0, pg + c);
     RELCL_COL_VSTORE((RELCL_COL_VECTOR)(0.0f), 0, pb + c);
   }
+#endif
   for (int c = vend; c < d; c++) pg[c] = pb[c] = 0.0f;
   for (int row = r0; row < r1; row++) {
     __global const float *xr = x + x_off + (size_t)row * d;
     __global const float *dyr = dy + dy_off + (size_t)row * d;
     __global float *dxr = dx + dx_off + (size_t)row * d;
     const float mu = mean[m_off + row], rs = rstd[r_off + row];
+#ifdef RELCL_ROW_ITEM
     RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
     for (int c = 0; c < vend; c += RELCL_COL_VEC) {
       const RELCL_COL_VECTOR dv = RELCL_COL_VLOAD(0, dyr + c);
@@ -246,6 +254,9 @@ __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const 
       RELCL_COL_VSTORE(RELCL_COL_VLOAD(0, pb + c) + dv, 0, pb + c);
     }
     float s1 = relcl_lanes_sum(a8), s2 = relcl_lanes_sum(b8);
+#else
+    float s1 = 0.0f, s2 = 0.0f;
+#endif
     for (int c = vend; c < d; c++) {
       const float xh = (xr[c] - mu) * rs, g = dyr[c] * gain[c];
       s1 += g;
@@ -255,12 +266,14 @@ __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const 
     }
     s1 /= (float)d;
     s2 /= (float)d;
+#ifdef RELCL_ROW_ITEM
     for (int c = 0; c < vend; c += RELCL_COL_VEC) {
       const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + c);
       RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
       if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
       RELCL_COL_VSTORE(v, 0, dxr + c);
     }
+#endif
     for (int c = vend; c < d; c++) {
       const float g = dyr[c] * gain[c];
       const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
@@ -268,7 +281,6 @@ __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const 
     }
   }
 }
-#endif
 
 /* ---- column sums: chunks of rows, then the chunks, both in order ---- */
 
