@@ -88,8 +88,8 @@ relcl_status relcl__fill(relcl_context *ctx, relcl_buf dst, float value, size_t 
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, value);
   /* a run of RELCL_FILL_RUN elements a work-item in the item shape (util.cl) */
-  const size_t items = relcl__row_item(ctx) ? (n + RELCL_FILL_RUN - 1) / RELCL_FILL_RUN : n;
-  size_t wg = relcl__row_item(ctx) ? 1 : k->max_wg < 64 ? k->max_wg : 64;
+  const size_t items = ctx->row_item ? (n + RELCL_FILL_RUN - 1) / RELCL_FILL_RUN : n;
+  size_t wg = ctx->row_item ? 1 : k->max_wg < 64 ? k->max_wg : 64;
   size_t global = (items + wg - 1) / wg * wg;
   return relcl__launch(ctx, k, &a, 1, &global, &wg);
 }
