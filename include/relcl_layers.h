@@ -82,9 +82,19 @@ relcl_status relcl_dropout_backward(relcl_context *ctx, size_t n, float p, uint6
 /* ---- linear layer ----------------------------------------------------------------------- */
 
 /* y (rows, out) = x (rows, in) W^T + b;  W (out, in) as in PyTorch; b (out) may be absent.
- * The product runs in CLBlast. */
+ * The product runs in relcl's own kernel on CPUs, in CLBlast elsewhere (README, "Speed"). */
 relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                   relcl_buf W, relcl_buf b, relcl_buf y);
+
+/* The same product for batch sequences of n rows, with y in the heads layout that
+ * relcl_attn_forward reads: out = parts heads head_dim, and y holds part after part, each
+ * (batch, heads, n, head_dim), as relcl_heads_split would make of y's rows (a packed Q|K|V
+ * projection gives Q, K and V one after the other). On CPUs the product's store writes it
+ * there where head_dim is a multiple of the store's 2 W columns (the head split costs no
+ * pass), elsewhere it goes through scratch and the split. */
+relcl_status relcl_linear_forward_heads(relcl_context *ctx, int batch, int n, int in, int out,
+                                        int heads, int head_dim, relcl_buf x, relcl_buf W,
+                                        relcl_buf b, relcl_buf y);
 
 /* dx (rows, in) = dy W (= or += by accumulate; absent: skipped),
  * dW += dy^T x (absent: skipped), db += sum_r dy (absent: skipped). */

@@ -764,7 +764,8 @@ static void check_fill(relcl_context *ctx, const layer_case *c) {
   free(init), free(got);
 }
 
-/* B sequences of n rows; the forward's in, and parts x heads x dh outputs; the backward's
+/* B sequences of n rows; the forward's in, and parts x heads x dh outputs (the public
+ * relcl_linear_forward_heads); the backward's
  * out (its in is heads x dh). gemm_cpu's store writes the heads layout where dh is a multiple
  * of its blocks' 2 W columns (16 with AVX2, 8 with SSE, 32 with AVX-512), else relcl
  * splits the product from scratch: dh 16 in the store but with AVX-512, dh 12 never; rows
@@ -823,8 +824,8 @@ static void check_linear_heads(relcl_context *ctx, const layer_case *c) {
     TU_OK(relcl_alloc(ctx, (size_t)bout, &DB));
     TU_OK(relcl_fill(ctx, B0(DW), 0.0f, nbw));
     TU_OK(relcl_fill(ctx, B0(DB), 0.0f, (size_t)bout));
-    TU_OK(relcl__linear_forward_heads(ctx, rows, in, out, B0(X), B0(Wm),
-                                      bias ? B0(Bm) : RELCL_BUF_NONE, B0(Y), n, H, dh));
+    TU_OK(relcl_linear_forward_heads(ctx, B, n, in, out, H, dh, B0(X), B0(Wm),
+                                     bias ? B0(Bm) : RELCL_BUF_NONE, B0(Y)));
     TU_OK(relcl__linear_backward_heads(ctx, rows, bin, bout, B0(BX), B0(BW), B0(DY), B0(DX), n,
                                        H, dh, B0(DW), B0(DB)));
     got[run][0] = tu_download(ctx, Y, ny + guard);
@@ -1167,6 +1168,11 @@ static void check_errors(relcl_context *ctx) {
       {"dropout p=NaN", relcl_dropout_forward(ctx, 4, NAN, 1, 1, b, none, b)},
       {"linear too small", relcl_linear_forward(ctx, 3, 3, 3, b, b, none, b)},
       {"heads ld too small", relcl_heads_split(ctx, 1, 2, 2, 2, b, 3, b)},
+      {"linear heads out=3 heads*dh=2", relcl_linear_forward_heads(ctx, 1, 1, 1, 3, 1, 2, b, b,
+                                                                   none, b)},
+      {"linear heads n=0", relcl_linear_forward_heads(ctx, 1, 0, 1, 2, 1, 2, b, b, none, b)},
+      {"linear heads y too small", relcl_linear_forward_heads(ctx, 3, 2, 1, 2, 1, 2, b, b, none,
+                                                              b)},
       {"xent eps=2", relcl_xent_forward_backward(ctx, 1, 4, 2.0f, 0, b, b, 1.0f, b, b)},
       {"argmax ld < cols", relcl_argmax_rows(ctx, 1, 4, b, 2, b)},
       {"adam step 0",

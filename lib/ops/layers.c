@@ -4,6 +4,7 @@
  * results do not depend on scheduling. */
 #include "relcl_layers.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -516,6 +517,31 @@ relcl_status relcl__linear_forward_heads(relcl_context *ctx, int rows, int in, i
                                          int n, int heads, int head_dim) {
   const relcl__split sp = {(size_t)n, (size_t)heads, (size_t)head_dim};
   return linear_fwd(ctx, rows, in, out, x, W, b, y, 0, &sp);
+}
+
+relcl_status relcl_linear_forward_heads(relcl_context *ctx, int batch, int n, int in, int out,
+                                        int heads, int head_dim, relcl_buf x, relcl_buf W,
+                                        relcl_buf b, relcl_buf y) {
+  relcl__clear_error();
+  static const char op[] = "linear forward (heads)";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "batch", batch);
+  if (st == RELCL_OK) st = positive(op, "n", n);
+  if (st == RELCL_OK) st = positive(op, "in", in);
+  if (st == RELCL_OK) st = positive(op, "out", out);
+  if (st == RELCL_OK) st = positive(op, "heads", heads);
+  if (st == RELCL_OK) st = positive(op, "head_dim", head_dim);
+  const size_t R = (size_t)batch * (size_t)n, I = (size_t)in, O = (size_t)out;
+  if (st == RELCL_OK && (R > INT_MAX || O % ((size_t)heads * (size_t)head_dim) != 0))
+    st = relcl__fail(RELCL_ERR_INVALID_ARG,
+                     "%s: out=%d must be a multiple of heads*head_dim=%lld (and batch*n <= "
+                     "INT_MAX)", op, out, (long long)heads * head_dim);
+  if (st == RELCL_OK) st = chk(x, R * I, op, "x");
+  if (st == RELCL_OK) st = chk(W, O * I, op, "W");
+  if (st == RELCL_OK && b.mem) st = chk(b, O, op, "b");
+  if (st == RELCL_OK) st = chk(y, R * O, op, "y");
+  if (st != RELCL_OK) return st;
+  return relcl__linear_forward_heads(ctx, (int)R, in, out, x, W, b, y, n, heads, head_dim);
 }
 
 relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, int out,
