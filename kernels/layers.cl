@@ -66,42 +66,76 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
   }
 }
 
+/* One row of layer norm's backward, one work-item over the whole row (the item shape's
+ * ln_bwd, and ln_bwd_params in both shapes): dx (= or += with RELCL_ACCUMULATE) from dy, x,
+ * the row's mean and rstd, in whole vectors and then the tail (only the tail without
+ * RELCL_ROW_ITEM); with pg (not NULL) also the row's dy * xhat and dy added to pg and pb, each
+ * column its own sum, as ln_param_partial adds them. dy is read before dx is written: dx may
+ * be dy. */
+__attribute__((always_inline)) inline void
+ln_bwd_row(__global const float *xr, __global const float *gain, __global const float *dyr,
+           __global float *dxr, float mu, float rs, int d, int flags, __global float *pg,
+           __global float *pb) {
+#ifdef RELCL_ROW_ITEM
+  const int vend = d - d % RELCL_COL_VEC;
+  RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR dv = RELCL_COL_VLOAD(0, dyr + c);
+    const RELCL_COL_VECTOR xh = (RELCL_COL_VLOAD(0, xr + c) - mu) * rs;
+    const RELCL_COL_VECTOR g = dv * RELCL_COL_VLOAD(0, gain + c);
+    a8 += g;
+    b8 += g * xh;
+    if (pg) {
+      RELCL_COL_VSTORE(RELCL_COL_VLOAD(0, pg + c) + dv * xh, 0, pg + c);
+      RELCL_COL_VSTORE(RELCL_COL_VLOAD(0, pb + c) + dv, 0, pb + c);
+    }
+  }
+  float s1 = relcl_lanes_sum(a8), s2 = relcl_lanes_sum(b8);
+#else
+  const int vend = 0;
+  float s1 = 0.0f, s2 = 0.0f;
+#endif
+  for (int c = vend; c < d; c++) {
+    const float xh = (xr[c] - mu) * rs, g = dyr[c] * gain[c];
+    s1 += g;
+    s2 += g * xh;
+    if (pg) {
+      pg[c] += dyr[c] * xh;
+      pb[c] += dyr[c];
+    }
+  }
+  s1 /= (float)d;
+  s2 /= (float)d;
+#ifdef RELCL_ROW_ITEM
+  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + c);
+    RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
+    if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
+    RELCL_COL_VSTORE(v, 0, dxr + c);
+  }
+#endif
+  for (int c = vend; c < d; c++) {
+    const float g = dyr[c] * gain[c];
+    const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
+    dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
+  }
+}
+
 __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *gain,
                      uint g_off, __global const float *mean, uint m_off,
                      __global const float *rstd, uint r_off, __global const float *dy,
                      uint dy_off, __global float *dx, uint dx_off, int rows, int d, int flags,
                      __local float *red) {
-  const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
+  const int row = RELCL_ROW_ID();
   if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * d;
   __global const float *dyr = dy + dy_off + (size_t)row * d;
   __global float *dxr = dx + dx_off + (size_t)row * d;
   const float mu = mean[m_off + row], rs = rstd[r_off + row];
 #ifdef RELCL_ROW_ITEM
-  /* the item shape: whole vectors of the row, then its tail (common.cl) */
-  const int vend = d - d % RELCL_COL_VEC;
-  RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
-  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
-    const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + g_off + c);
-    a8 += g;
-    b8 += g * ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs);
-  }
-  float s1 = relcl_lanes_sum(a8), s2 = relcl_lanes_sum(b8);
-  for (int c = vend; c < d; c++) {
-    const float g = dyr[c] * gain[g_off + c];
-    s1 += g;
-    s2 += g * ((xr[c] - mu) * rs);
-  }
-  s1 /= (float)d;
-  s2 /= (float)d;
-  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
-    const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + g_off + c);
-    RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
-    if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
-    RELCL_COL_VSTORE(v, 0, dxr + c);
-  }
-  const int c0 = vend, step = 1;
+  ln_bwd_row(xr, gain + g_off, dyr, dxr, mu, rs, d, flags, 0, 0);
 #else
+  const int lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   float s1 = 0.0f, s2 = 0.0f;
   for (int c = lid; c < d; c += wg) {
     const float g = dyr[c] * gain[g_off + c];
@@ -110,13 +144,12 @@ __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *
   }
   s1 = relcl_row_sum(red, s1) / (float)d;
   s2 = relcl_row_sum(red, s2) / (float)d;
-  const int c0 = lid, step = wg;
-#endif
-  for (int c = c0; c < d; c += step) { /* item shape: the tail */
+  for (int c = lid; c < d; c += wg) {
     const float g = dyr[c] * gain[g_off + c];
     const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
     dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
   }
+#endif
 }
 
 /* Column sums over chunks of rows, each column's rows in order. Group shape: one work-item
@@ -208,12 +241,10 @@ __kernel void ln_param_partial(__global const float *x, uint x_off, __global con
 }
 
 /* ln_bwd and ln_param_partial in one pass over x and dy, a work-item a chunk of `chunk`
- * rows, global (chunks): each row's dx as ln_bwd computes it, and its dy * xhat and dy added
- * to the chunk's sums in part (2, chunks, d) as ln_param_partial adds them (row by row, each
- * column its own sum), so both give the bits of the two kernels in the item shape (CPUs,
- * where layers.c runs it; the group shape's scalar form is there to build). The sums go
- * through part itself, which stays in L1 (2 d floats). A row's dy is read before its dx is
- * written: dx may be dy. */
+ * rows, global (chunks): each row through ln_bwd_row, its dy * xhat and dy added to the
+ * chunk's sums in part (2, chunks, d), so both give the bits of the two kernels in the item
+ * shape (CPUs, where layers.c runs it; the group shape builds the scalar form). The sums go
+ * through part itself, which stays in L1 (2 d floats). */
 __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const float *gain,
                             uint g_off, __global const float *mean, uint m_off,
                             __global const float *rstd, uint r_off, __global const float *dy,
@@ -222,64 +253,13 @@ __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const 
                             int flags) {
   const int ch = get_global_id(0);
   if (ch >= chunks) return;
-#ifdef RELCL_ROW_ITEM
-  const int vend = d - d % RELCL_COL_VEC; /* whole vectors, then the tail */
-#else
-  const int vend = 0;
-#endif
   const int r0 = ch * chunk, r1 = min(rows, r0 + chunk);
   __global float *pg = part + (size_t)ch * d, *pb = part + ((size_t)chunks + ch) * d;
-  gain += g_off;
-#ifdef RELCL_ROW_ITEM
-  for (int c = 0; c < vend; c += RELCL_COL_VEC) {
-    RELCL_COL_VSTORE((RELCL_COL_VECTOR)(0.0f), 0, pg + c);
-    RELCL_COL_VSTORE((RELCL_COL_VECTOR)(0.0f), 0, pb + c);
-  }
-#endif
-  for (int c = vend; c < d; c++) pg[c] = pb[c] = 0.0f;
-  for (int row = r0; row < r1; row++) {
-    __global const float *xr = x + x_off + (size_t)row * d;
-    __global const float *dyr = dy + dy_off + (size_t)row * d;
-    __global float *dxr = dx + dx_off + (size_t)row * d;
-    const float mu = mean[m_off + row], rs = rstd[r_off + row];
-#ifdef RELCL_ROW_ITEM
-    RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
-    for (int c = 0; c < vend; c += RELCL_COL_VEC) {
-      const RELCL_COL_VECTOR dv = RELCL_COL_VLOAD(0, dyr + c);
-      const RELCL_COL_VECTOR xh = (RELCL_COL_VLOAD(0, xr + c) - mu) * rs;
-      const RELCL_COL_VECTOR g = dv * RELCL_COL_VLOAD(0, gain + c);
-      a8 += g;
-      b8 += g * xh;
-      RELCL_COL_VSTORE(RELCL_COL_VLOAD(0, pg + c) + dv * xh, 0, pg + c);
-      RELCL_COL_VSTORE(RELCL_COL_VLOAD(0, pb + c) + dv, 0, pb + c);
-    }
-    float s1 = relcl_lanes_sum(a8), s2 = relcl_lanes_sum(b8);
-#else
-    float s1 = 0.0f, s2 = 0.0f;
-#endif
-    for (int c = vend; c < d; c++) {
-      const float xh = (xr[c] - mu) * rs, g = dyr[c] * gain[c];
-      s1 += g;
-      s2 += g * xh;
-      pg[c] += dyr[c] * xh;
-      pb[c] += dyr[c];
-    }
-    s1 /= (float)d;
-    s2 /= (float)d;
-#ifdef RELCL_ROW_ITEM
-    for (int c = 0; c < vend; c += RELCL_COL_VEC) {
-      const RELCL_COL_VECTOR g = RELCL_COL_VLOAD(0, dyr + c) * RELCL_COL_VLOAD(0, gain + c);
-      RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
-      if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
-      RELCL_COL_VSTORE(v, 0, dxr + c);
-    }
-#endif
-    for (int c = vend; c < d; c++) {
-      const float g = dyr[c] * gain[c];
-      const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
-      dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
-    }
-  }
+  for (int c = 0; c < d; c++) pg[c] = pb[c] = 0.0f;
+  for (int row = r0; row < r1; row++)
+    ln_bwd_row(x + x_off + (size_t)row * d, gain + g_off, dy + dy_off + (size_t)row * d,
+               dx + dx_off + (size_t)row * d, mean[m_off + row], rstd[r_off + row], d, flags,
+               pg, pb);
 }
 
 /* ---- column sums: chunks of rows, then the chunks, both in order ---- */

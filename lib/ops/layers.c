@@ -158,15 +158,17 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
   cl_mem part = NULL;
   relcl__kernel_entry *k;
   const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
+  const int flags = accumulate ? RELCL_ACCUMULATE : 0;
   const size_t bias_part = (size_t)chunks * (size_t)d;
-  if ((dgain.mem || dbias.mem) && relcl__row_item(ctx)) {
-    /* CPUs: dx and the parameter sums' chunks in one pass (layers.cl ln_bwd_params), then
-     * the chunks' sums as below: the bits of the two kernels, x and dy read once (Zen 3,
-     * issue 8's step: ln_param_partial was 9-10 ms a step, reading both again) */
+  /* the parameters' sums over chunks of rows into part, added up by colsum_finish below: on
+   * CPUs in dx's own pass (layers.cl ln_bwd_params: the bits of ln_param_partial and ln_bwd,
+   * x and dy read once; Zen 3, issue 8's step: ln_param_partial was 9-10 ms a step, reading
+   * both again), elsewhere in a pass before ln_bwd (dx may overwrite dy) */
+  const bool params = dgain.mem || dbias.mem, fused = params && relcl__row_item(ctx);
+  if (params && (st = relcl__pool_get(ctx, 2 * bias_part * 4, &part)) != RELCL_OK) goto done;
+  if (fused) {
     if ((st = relcl__kernel(ctx, "layers", "ln_bwd_params", &k)) != RELCL_OK) goto done;
-    if ((st = relcl__pool_get(ctx, 2 * bias_part * 4, &part)) != RELCL_OK) goto done;
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    const int flags = accumulate ? RELCL_ACCUMULATE : 0;
     relcl__buf_arg(&a, x, NULL);
     relcl__buf_arg(&a, gain, NULL);
     relcl__buf_arg(&a, mean, NULL);
@@ -181,35 +183,22 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     RELCL__ARG(&a, flags);
     size_t global = (size_t)chunks, local = 1; /* a work-group a chunk: both cores busy */
     if ((st = relcl__launch(ctx, k, &a, 1, &global, &local)) != RELCL_OK) goto done;
-    if (dgain.mem && (st = relcl__colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
-      goto done;
-    if (dbias.mem)
-      st = relcl__colsum_finish(ctx, part, bias_part, chunks, d, dbias, 1);
-    goto done;
-  }
-  if ((dgain.mem || dbias.mem)) { /* parameter sums first: dx may overwrite dy */
-    if ((st = relcl__kernel(ctx, "layers", "ln_param_partial", &k)) != RELCL_OK) goto done;
-    if ((st = relcl__pool_get(ctx, 2 * bias_part * 4, &part)) != RELCL_OK) goto done;
+  } else {
+    if (params) {
+      if ((st = relcl__kernel(ctx, "layers", "ln_param_partial", &k)) != RELCL_OK) goto done;
+      relcl__args a = {k->kernel, 0, CL_SUCCESS};
+      relcl__buf_arg(&a, x, NULL);
+      relcl__buf_arg(&a, mean, NULL);
+      relcl__buf_arg(&a, rstd, NULL);
+      relcl__buf_arg(&a, dy, NULL);
+      RELCL__ARG(&a, part);
+      RELCL__ARG(&a, rows);
+      RELCL__ARG(&a, d);
+      RELCL__ARG(&a, chunk);
+      if ((st = launch_cols(ctx, k, &a, (size_t)d, (size_t)chunks)) != RELCL_OK) goto done;
+    }
+    if ((st = relcl__kernel(ctx, "layers", "ln_bwd", &k)) != RELCL_OK) goto done;
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    relcl__buf_arg(&a, x, NULL);
-    relcl__buf_arg(&a, mean, NULL);
-    relcl__buf_arg(&a, rstd, NULL);
-    relcl__buf_arg(&a, dy, NULL);
-    RELCL__ARG(&a, part);
-    RELCL__ARG(&a, rows);
-    RELCL__ARG(&a, d);
-    RELCL__ARG(&a, chunk);
-    if ((st = launch_cols(ctx, k, &a, (size_t)d, (size_t)chunks)) != RELCL_OK) goto done;
-    if (dgain.mem && (st = relcl__colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
-      goto done;
-    if (dbias.mem &&
-        (st = relcl__colsum_finish(ctx, part, bias_part, chunks, d, dbias, 1)) != RELCL_OK)
-      goto done;
-  }
-  if ((st = relcl__kernel(ctx, "layers", "ln_bwd", &k)) != RELCL_OK) goto done;
-  {
-    relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    int flags = accumulate ? RELCL_ACCUMULATE : 0;
     relcl__buf_arg(&a, x, NULL);
     relcl__buf_arg(&a, gain, NULL);
     relcl__buf_arg(&a, mean, NULL);
@@ -219,8 +208,11 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     RELCL__ARG(&a, rows);
     RELCL__ARG(&a, d);
     RELCL__ARG(&a, flags);
-    st = launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
+    if ((st = launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1)) != RELCL_OK) goto done;
   }
+  if (dgain.mem && (st = relcl__colsum_finish(ctx, part, 0, chunks, d, dgain, 1)) != RELCL_OK)
+    goto done;
+  if (dbias.mem) st = relcl__colsum_finish(ctx, part, bias_part, chunks, d, dbias, 1);
 done:
   relcl__pool_put(ctx, part);
   return st;
@@ -519,41 +511,14 @@ relcl_status relcl__linear_forward_heads(relcl_context *ctx, int rows, int in, i
   return linear_fwd(ctx, rows, in, out, x, W, b, y, 0, &sp);
 }
 
-relcl_status relcl_linear_forward_heads(relcl_context *ctx, int batch, int n, int in, int out,
-                                        int heads, int head_dim, relcl_buf x, relcl_buf W,
-                                        relcl_buf b, relcl_buf y) {
-  relcl__clear_error();
-  static const char op[] = "linear forward (heads)";
-  if (ctx == NULL) return no_ctx(op);
-  relcl_status st = positive(op, "batch", batch);
-  if (st == RELCL_OK) st = positive(op, "n", n);
-  if (st == RELCL_OK) st = positive(op, "in", in);
-  if (st == RELCL_OK) st = positive(op, "out", out);
-  if (st == RELCL_OK) st = positive(op, "heads", heads);
-  if (st == RELCL_OK) st = positive(op, "head_dim", head_dim);
-  const size_t R = (size_t)batch * (size_t)n, I = (size_t)in, O = (size_t)out;
-  if (st == RELCL_OK && (R > INT_MAX || O % ((size_t)heads * (size_t)head_dim) != 0))
-    st = relcl__fail(RELCL_ERR_INVALID_ARG,
-                     "%s: out=%d must be a multiple of heads*head_dim=%lld (and batch*n <= "
-                     "INT_MAX)", op, out, (long long)heads * head_dim);
-  if (st == RELCL_OK) st = chk(x, R * I, op, "x");
-  if (st == RELCL_OK) st = chk(W, O * I, op, "W");
-  if (st == RELCL_OK && b.mem) st = chk(b, O, op, "b");
-  if (st == RELCL_OK) st = chk(y, R * O, op, "y");
-  if (st != RELCL_OK) return st;
-  return relcl__linear_forward_heads(ctx, (int)R, in, out, x, W, b, y, n, heads, head_dim);
-}
-
 relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, int out,
                                         relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y) {
   return linear_fwd(ctx, rows, in, out, x, W, b, y, RELCL_RELU, NULL);
 }
 
-relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
-                                  relcl_buf W, relcl_buf b, relcl_buf y) {
-  relcl__clear_error();
-  static const char op[] = "linear forward";
-  if (ctx == NULL) return no_ctx(op);
+/* relcl_linear_forward's checks of sizes and buffers (and relcl_linear_forward_heads') */
+static relcl_status linear_fwd_check(const char *op, int rows, int in, int out, relcl_buf x,
+                                     relcl_buf W, relcl_buf b, relcl_buf y) {
   relcl_status st = positive(op, "rows", rows);
   if (st == RELCL_OK) st = positive(op, "in", in);
   if (st == RELCL_OK) st = positive(op, "out", out);
@@ -562,8 +527,37 @@ relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out,
   if (st == RELCL_OK) st = chk(W, O * I, op, "W");
   if (st == RELCL_OK && b.mem) st = chk(b, O, op, "b");
   if (st == RELCL_OK) st = chk(y, R * O, op, "y");
+  return st;
+}
+
+relcl_status relcl_linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
+                                  relcl_buf W, relcl_buf b, relcl_buf y) {
+  relcl__clear_error();
+  static const char op[] = "linear forward";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = linear_fwd_check(op, rows, in, out, x, W, b, y);
+  return st == RELCL_OK ? relcl__linear_forward(ctx, rows, in, out, x, W, b, y) : st;
+}
+
+relcl_status relcl_linear_forward_heads(relcl_context *ctx, int batch, int n, int in, int out,
+                                        int heads, int head_dim, relcl_buf x, relcl_buf W,
+                                        relcl_buf b, relcl_buf y) {
+  relcl__clear_error();
+  static const char op[] = "linear forward (heads)";
+  if (ctx == NULL) return no_ctx(op);
+  relcl_status st = positive(op, "batch", batch);
+  if (st == RELCL_OK) st = positive(op, "n", n);
+  if (st == RELCL_OK) st = positive(op, "heads", heads);
+  if (st == RELCL_OK) st = positive(op, "head_dim", head_dim);
+  const long long rows = (long long)batch * n, width = (long long)heads * head_dim;
+  if (st == RELCL_OK && rows > INT_MAX)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: batch*n=%lld over INT_MAX", op, rows);
+  if (st == RELCL_OK) st = linear_fwd_check(op, (int)rows, in, out, x, W, b, y);
+  if (st == RELCL_OK && out % width != 0)
+    st = relcl__fail(RELCL_ERR_INVALID_ARG, "%s: out=%d must be a multiple of heads*head_dim=%lld",
+                     op, out, width);
   if (st != RELCL_OK) return st;
-  return relcl__linear_forward(ctx, rows, in, out, x, W, b, y);
+  return relcl__linear_forward_heads(ctx, (int)rows, in, out, x, W, b, y, n, heads, head_dim);
 }
 
 /* relcl__linear_backward, with sp (not NULL) dx overwritten in the heads layout sp: in the
