@@ -131,8 +131,9 @@ static void usage(FILE *f) {
           "                       first (A), and the step, its parts and every kernel and GEMM\n"
           "                       shape are compared (B time / A time); repeatable. VAR is one\n"
           "                       of RELCL_KERNEL_DIR, RELCL_CPU_VEC, RELCL_CPU_GEMM,\n"
-          "                       RELCL_HEAD_GEMM, RELCL_ROW_KERNELS. Then the model's linear\n"
-          "                       layers and attention calls alternately on A and B, op by op\n"
+          "                       RELCL_HEAD_GEMM, RELCL_ROW_KERNELS, RELCL_ATTN. Then the\n"
+          "                       model's linear layers and attention calls alternately on A\n"
+          "                       and B, op by op\n"
           "  --op-reps N          repetitions of that op-by-op comparison (default 15, 3 with\n"
           "                       --quick)\n"
           "  --quick              a small, fast run of every part (the test suite's smoke run)\n"
@@ -152,7 +153,7 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
  * to itself. RELCL_TUNING is not one (CLBlast's parameters are process-wide), nor PoCL's own
  * (read when the platform loads). */
 static const char *const compare_vars[] = {"RELCL_KERNEL_DIR", "RELCL_CPU_VEC", "RELCL_CPU_GEMM",
-                                           "RELCL_HEAD_GEMM", "RELCL_ROW_KERNELS"};
+                                           "RELCL_HEAD_GEMM", "RELCL_ROW_KERNELS", "RELCL_ATTN"};
 enum { N_COMPARE_VARS = sizeof compare_vars / sizeof *compare_vars };
 
 /* VAR of "VAR=VALUE" when --compare may set it, else NULL. */

@@ -200,7 +200,8 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
 typedef enum relcl_profile_part {
   RELCL_PART_CONTENT_GEMM = 0, /* projections, Q K^T, A V, feed-forward, output layer */
   RELCL_PART_RELATIVE_GEMM,    /* Q wK^T, B wV, and their backward */
-  RELCL_PART_ATTENTION_ROWS,   /* softmax / gather / bucket / dropout passes over weights */
+  RELCL_PART_ATTENTION_ROWS,   /* softmax / gather / bucket / dropout passes over weights;
+                                  on CPUs attention in one kernel a head, its products too */
   RELCL_PART_LAYER_NORM,
   RELCL_PART_DROPOUT,          /* residual and embedding dropout */
   RELCL_PART_LOSS,             /* label-smoothed cross-entropy, argmax */

@@ -308,3 +308,209 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
     T_STEP(16, 2, T16_LO2, T16_HI2)                                                         \
     T_STEP(16, 1, T16_LO1, T16_HI1)                                                         \
   } while (0)
+
+/* ---- attention's rows in the item shape (attention.cl's row kernels, gemm.cl's attn_fwd_cpu) ---- */
+
+inline int relcl_label(int j, int pq, int k) { return clamp(j - pq, -k, k) + k; }
+
+inline int relcl_row_len(__global const int *key_len, uint kl_off, int b, int nk, int flags) {
+  return (flags & RELCL_KEY_LEN) ? clamp(key_len[kl_off + b], 0, nk) : nk;
+}
+
+/* Dropout decisions of row `row`'s keys. Key j's is word j mod 4 of the Philox call with
+ * counter row * ceil(nk / 4) + floor(j / 4) (include/relcl.h): a row starts a call, so a
+ * call decides four keys of one row. The group shape takes one key a lane (relcl_row_keep);
+ * the item shape walks the row in order, eight keys at a time (relcl_row_mask8), and takes
+ * 32 keys (eight calls) at a time from relcl_keep_masks32 (vector integer arithmetic). */
+#ifdef RELCL_ROW_ITEM
+typedef struct relcl_masks {
+  int8 mk[4]; /* keys j0 .. j0+31, j0 the last multiple of 32 asked for */
+} relcl_masks;
+
+/* Keys j .. j+7's, -1 where kept (all of them without RELCL_DROPOUT in flags): j a multiple
+ * of 8, called for every such j in order (each multiple of 32 computes the next 32) */
+inline int8 relcl_row_mask8(relcl_masks *km, int flags, int row, int nk, int j, uint stream_lo,
+                            uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
+  if (!(flags & RELCL_DROPOUT)) return (int8)(-1);
+  if ((j & 31) == 0)
+    relcl_keep_masks32(km->mk, (ulong)row * (ulong)((nk + 3) / 4) + (ulong)(j / 4), stream_lo,
+                       stream_hi, seed_lo, seed_hi, threshold);
+  return km->mk[(j >> 3) & 3];
+}
+
+/* the lanes of v added in order (through memory, as common.cl's relcl_lanes_sum) */
+inline float relcl_lanes_sum8(float8 v) {
+  float l[8];
+  vstore8(v, 0, l);
+  float s = l[0];
+  for (int i = 1; i < 8; i++) s += l[i];
+  return s;
+}
+
+/* The item shape's label sums of a whole row, from its values v[0..nk-1] once they are
+ * stored: the interior labels are the keys pq-k+1 .. pq+k-1 in order, so their columns are
+ * one copy of v (zeros where a label's key lies outside 0..nk-1); the edge labels sum their
+ * keys in key order. */
+inline void relcl_bucket_row(__global float *bk, __global const float *v, int pq, int nk,
+                             int k, int rlo, int R) {
+  float left = 0.0f, right = 0.0f;
+  if (rlo == 0) { /* label 0: the keys at or left of pq - k (all of them when k = 0) */
+    const int end = k == 0 ? nk : clamp(pq - k + 1, 0, nk);
+    for (int j = 0; j < end; j++) left += v[j];
+  }
+  if (k > 0 && rlo + R > 2 * k) /* label 2k: the keys at or right of pq + k */
+    for (int j = clamp(pq + k, 0, nk); j < nk; j++) right += v[j];
+  /* columns lo .. hi copy the keys pq + rlo + c - k; the others are 0 or an edge sum */
+  const int off = pq + rlo - k;
+  const int lo = min(max(max(1, rlo), -off + rlo) - rlo, R);
+  const int hi = max(min(min(2 * k - 1, rlo + R - 1) - rlo, nk - 1 - off), lo - 1);
+  for (int c = 0; c < lo; c++) bk[c] = c + rlo == 0 ? left : 0.0f;
+  int c = lo;
+  for (; c + 8 <= hi + 1; c += 8) vstore8(vload8(0, v + off + c), 0, bk + c);
+  for (; c <= hi; c++) bk[c] = v[off + c];
+  for (c = hi + 1; c < R; c++) bk[c] = c + rlo == 2 * k ? right : 0.0f;
+}
+
+/* attn_fwd_rows' row in the item shape (and gemm.cl's attn_fwd_cpu's): s holds q.k of the row's
+ * nk keys on entry, p its relative logits (label c at c p_label); adds them, scales, masks,
+ * softmaxes; writes alpha to a, alpha' = dropout(alpha) over s, and the label sums of alpha' to
+ * bk. */
+inline void relcl_fwd_row_item(__global float *s, __global const float *p, uint p_label,
+                               __global float *a, __global float *bk, int row, int pq, int len,
+                               int nk, int k, int rlo, int R, int flags, float scale,
+                               uint drop_threshold, float drop_scale, uint seed_lo,
+                               uint seed_hi, uint stream_lo, uint stream_hi) {
+  /* The item shape (CPUs): the unmasked keys are the prefix j < lim, and exp runs on whole
+   * vectors of it, then on its tail (loss.cl's pattern); the sum goes in lanes
+   * (relcl_lanes_sum). Scalar exp was half of this kernel's time on PoCL. */
+  const int lim = min(len, (flags & RELCL_CAUSAL) ? max(pq + 1, 0) : nk);
+  const int vend = lim - lim % RELCL_COL_VEC;
+  float mx = -FLT_MAX;
+  for (int j = 0; j < lim; j++) {
+    float e = s[j];
+    if (flags & RELCL_GATHER) e += p[(size_t)(relcl_label(j, pq, k) - rlo) * p_label];
+    e *= scale;
+    s[j] = e;
+    mx = fmax(mx, e);
+  }
+  RELCL_COL_VECTOR sum8 = 0.0f;
+  for (int j = 0; j < vend; j += RELCL_COL_VEC) {
+    const RELCL_COL_VECTOR e = exp(RELCL_COL_VLOAD(0, s + j) - mx);
+    RELCL_COL_VSTORE(e, 0, s + j);
+    sum8 += e;
+  }
+  float sum = relcl_lanes_sum(sum8);
+  for (int j = vend; j < lim; j++) {
+    const float e = exp(s[j] - mx);
+    s[j] = e;
+    sum += e;
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
+
+  /* eight keys at a time; keys at or past lim (masked) get alpha 0 */
+  relcl_masks km;
+  for (int j = 0; j < nk; j += 8) {
+    const int8 keep = relcl_row_mask8(&km, flags, row, nk, j, stream_lo, stream_hi, seed_lo,
+                                      seed_hi, drop_threshold);
+    if (j + 8 <= lim) {
+      const float8 alpha = vload8(0, s + j) * inv;
+      vstore8(alpha, 0, a + j);
+      float8 ad = alpha;
+      if (flags & RELCL_DROPOUT) ad = select((float8)(0.0f), alpha * drop_scale, keep);
+      vstore8(ad, 0, s + j);
+      continue;
+    }
+    int kp[8];
+    vstore8(keep, 0, kp);
+    for (int l = 0; l < 8 && j + l < nk; l++) {
+      const float alpha = j + l < lim ? s[j + l] * inv : 0.0f;
+      a[j + l] = alpha;
+      const float ad = (flags & RELCL_DROPOUT) ? (kp[l] ? alpha * drop_scale : 0.0f) : alpha;
+      s[j + l] = ad;
+    }
+  }
+  if (flags & RELCL_BUCKET) relcl_bucket_row(bk, s, pq, nk, k, rlo, R);
+}
+
+/* attn_drop_rows' row in the item shape (and gemm.cl's attn_bwd_cpu's): alpha' = dropout(alpha)
+ * of the row's alpha a into ad_out (with RELCL_WRITE_A), its label sums into bk (with
+ * RELCL_BUCKET) */
+inline void relcl_drop_row_item(__global const float *a, __global float *ad_out,
+                                __global float *bk, int row, int pq, int nk, int k, int rlo,
+                                int R, int flags, uint drop_threshold, float drop_scale,
+                                uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
+  /* eight keys at a time (masked keys' alpha is 0 already) */
+  relcl_masks km;
+  for (int j = 0; j < nk; j += 8) {
+    const int8 keep = relcl_row_mask8(&km, flags, row, nk, j, stream_lo, stream_hi, seed_lo,
+                                      seed_hi, drop_threshold);
+    if (j + 8 <= nk) {
+      float8 ad = vload8(0, a + j);
+      if (flags & RELCL_DROPOUT) ad = select((float8)(0.0f), ad * drop_scale, keep);
+      if (flags & RELCL_WRITE_A) vstore8(ad, 0, ad_out + j);
+      continue;
+    }
+    int kp[8];
+    vstore8(keep, 0, kp);
+    for (int l = 0; l < 8 && j + l < nk; l++) {
+      float ad = a[j + l];
+      if (flags & RELCL_DROPOUT) ad = kp[l] ? ad * drop_scale : 0.0f;
+      if (flags & RELCL_WRITE_A) ad_out[j + l] = ad;
+    }
+  }
+  if (flags & RELCL_BUCKET)
+    relcl_bucket_row(bk, (flags & RELCL_WRITE_A) ? ad_out : a, pq, nk, k, rlo, R);
+}
+
+/* attn_bwd_rows' row in the item shape (and gemm.cl's attn_bwd_cpu's): dd holds dalpha' =
+ * dz . v of the row's keys on entry, g its label terms dz . wV (label c at c g_label), a its
+ * alpha; leaves the logits' gradient de in dd and its label sums in cb (with RELCL_BUCKET) */
+inline void relcl_bwd_row_item(__global float *dd, __global const float *g, uint g_label,
+                               __global const float *a, __global float *cb, int row, int pq,
+                               int len, int nk, int k, int rlo, int R, int flags, float scale,
+                               uint drop_threshold, float drop_scale, uint seed_lo,
+                               uint seed_hi, uint stream_lo, uint stream_hi) {
+  /* The item shape: eight keys at a time, the unmasked ones the prefix j < lim; the dot
+   * product in lanes (relcl_lanes_sum), then the keys of the partial vectors in order. */
+  const int lim = min(len, (flags & RELCL_CAUSAL) ? max(pq + 1, 0) : nk);
+  float8 dot8 = 0.0f;
+  float tail = 0.0f;
+  relcl_masks km;
+  for (int j = 0; j < nk; j += 8) {
+    const int8 keep = relcl_row_mask8(&km, flags, row, nk, j, stream_lo, stream_hi, seed_lo,
+                                      seed_hi, drop_threshold);
+    if (j + 8 <= lim) {
+      float8 da = vload8(0, dd + j);
+      if (flags & RELCL_GATHER) {
+        float t[8];
+        for (int l = 0; l < 8; l++)
+          t[l] = g[(size_t)(relcl_label(j + l, pq, k) - rlo) * g_label];
+        da += vload8(0, t);
+      }
+      if (flags & RELCL_DROPOUT) da = select((float8)(0.0f), da * drop_scale, keep);
+      vstore8(da, 0, dd + j);
+      dot8 += vload8(0, a + j) * da;
+      continue;
+    }
+    int kp[8];
+    vstore8(keep, 0, kp);
+    for (int l = 0; l < 8 && j + l < nk; l++) {
+      float da = 0.0f;
+      if (j + l < lim) {
+        da = dd[j + l];
+        if (flags & RELCL_GATHER) da += g[(size_t)(relcl_label(j + l, pq, k) - rlo) * g_label];
+        if (flags & RELCL_DROPOUT) da = kp[l] ? da * drop_scale : 0.0f;
+      }
+      dd[j + l] = da;
+      tail += a[j + l] * da;
+    }
+  }
+  const float dot = relcl_lanes_sum8(dot8) + tail;
+
+  const int vend = nk - nk % 8;
+  for (int j = 0; j < vend; j += 8)
+    vstore8(vload8(0, a + j) * (vload8(0, dd + j) - dot) * scale, 0, dd + j);
+  for (int j = vend; j < nk; j++) dd[j] = a[j] * (dd[j] - dot) * scale;
+  if (flags & RELCL_BUCKET) relcl_bucket_row(cb, dd, pq, nk, k, rlo, R);
+}
+#endif

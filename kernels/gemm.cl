@@ -462,3 +462,151 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
       bt_rows(i0, m, k, alpha, beta, A, lda, trans_a, Bt, C, ldc, nn, ask, t, na, a_span, nb,
               b_span, nc, false);
 }
+
+#ifdef RELCL_ROW_ITEM
+/* C (m x n, rows ldc apart) = A B^T on CPU devices, A m x k (rows lda apart), B n x k (rows k
+ * apart), k at most CPU_BT_KMAX: gemm_cpu_bt's blocks for one product, B's block of 2 W rows
+ * transposed into Bt first (attn_fwd_cpu's Q K^T and Q wK^T, attn_bwd_cpu's dZ V^T and dZ
+ * wV^T) */
+inline void attn_bt(__local float *Bt, uint m, uint n, uint k, __global const float *A, uint lda,
+                    __global const float *B, __global float *C, uint ldc) {
+  for (uint j0 = 0; j0 < n; j0 += 2 * CPU_W) {
+    __global const float *Bj = B + (size_t)j0 * k;
+    const uint nn = min(n - j0, 2u * CPU_W);
+    if (2 * CPU_W % 16 == 0 && nn == 2 * CPU_W && k % 16 == 0) {
+      for (uint p = 0; p < k; p += 16)
+        for (uint j = 0; j < 2 * CPU_W; j += 16)
+          heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, Bj + (size_t)j * k + p, k);
+    } else {
+      for (uint p = 0; p < k; p++)
+        for (uint j = 0; j < 2 * CPU_W; j++)
+          Bt[p * 2 * CPU_W + j] = j < nn ? Bj[(size_t)j * k + p] : 0.0f;
+    }
+    for (uint i0 = 0; i0 < m; i0 += CPU_MR)
+      if (m - i0 <= CPU_MR / 2)
+        bt_rows(i0, m, k, 1.0f, 0.0f, A, lda, 0, Bt, C + j0, ldc, nn, false, 0, A, 0, A, 0, C,
+                true);
+      else
+        bt_rows(i0, m, k, 1.0f, 0.0f, A, lda, 0, Bt, C + j0, ldc, nn, false, 0, A, 0, A, 0, C,
+                false);
+  }
+}
+
+/* C (m x n, rows ldc apart) = op(A) B (+ A2 B2 with k2 > 0) on CPU devices: gemm_cpu_batch's
+ * sum for one product, B (k x n) and B2 (k2 x n) rows n apart (attn_fwd_cpu's alpha' V + B'
+ * wV, attn_bwd_cpu's dV, dQ + C wK, dK) */
+inline void attn_ab(uint m, uint n, uint k, __global const float *A, uint lda, int trans_a,
+                    __global const float *B, __global const float *A2, uint lda2,
+                    __global const float *B2, uint k2, __global float *C, uint ldc) {
+  for (uint j0 = 0; j0 < n; j0 += 2 * CPU_W)
+    for (uint i0 = 0; i0 < m; i0 += CPU_MR)
+      if (m - i0 <= CPU_MR / 2)
+        cpu_rows(i0, j0, m, n, k, 1.0f, 0.0f, A, lda, trans_a, B + j0, n, A2, lda2, B2 + j0, n,
+                 k2, C + j0, ldc, false, 0, A, 0, B, C, A2, 0, true, C, 0, 0, 0, 0, 0);
+      else
+        cpu_rows(i0, j0, m, n, k, 1.0f, 0.0f, A, lda, trans_a, B + j0, n, A2, lda2, B2 + j0, n,
+                 k2, C + j0, ldc, false, 0, A, 0, B, C, A2, 0, false, C, 0, 0, 0, 0, 0);
+}
+
+/* Where head bh's rows of a (B H) x rows x d tensor start: the heads layout (ld 0), or the
+ * merged one, (bh / H) rows ld + (bh % H) d with rows ld apart */
+inline size_t attn_head_at(uint bh, uint H, uint rows, uint d, uint ld) {
+  const uint bs = bh / H;
+  return ld > 0 ? (size_t)bs * rows * ld + (size_t)(bh - bs * H) * d : (size_t)bh * rows * d;
+}
+
+/* Attention's forward on CPU devices, a work-item per (sequence, head) bh, for a shared
+ * table (lib/ops/attention.c decides): what gemm_cpu_bt, attn_fwd_rows and gemm_cpu_batch do
+ * for that head in four launches, in one, so that S, the relative logits and the label sums
+ * go from one step to the next through the work-item's cache rather than memory:
+ *   S = Q K^T;  with RELCL_GATHER, P = Q wK^T over the labels rlo .. rlo + R - 1 (nq x R);
+ *   each row as attn_fwd_rows' (relcl_fwd_row_item): alpha to probs, alpha' over S, its
+ *   label sums to Bk (with RELCL_BUCKET);
+ *   Z = alpha' V (+ Bk wV with RELCL_BUCKET).
+ * Each element is the same sum, in the same order, as in those kernels: the bits are theirs.
+ * S, P and Bk are scratch of (BH nq nk), (BH nq R) and (BH nq R) floats; wK and wV start at
+ * label rlo; Z at ld z_ld (attn_head_at). d at most CPU_BT_KMAX. Global (BH), local (1). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
+    __global const float *Q, uint q_off, __global const float *K, uint k_off,
+    __global const float *V, uint v_off, __global const float *wK, uint wk_off,
+    __global const float *wV, uint wv_off, __global const int *key_len, uint kl_off,
+    __global float *Z, uint z_off, uint z_ld, __global float *probs, uint probs_off,
+    __global float *S, __global float *P, __global float *Bk, int H, int nq, int nk, int d,
+    int k, int rlo, int R, int q_pos0, int flags, float scale, uint drop_threshold,
+    float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
+  __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
+  const uint bh = get_global_id(0), m = (uint)nq, n = (uint)nk, dd = (uint)d, r = (uint)R;
+  __global const float *Qb = Q + q_off + (size_t)bh * m * dd;
+  __global float *Sb = S + (size_t)bh * m * n, *Pb = P + (size_t)bh * m * r;
+  __global float *Bb = Bk + (size_t)bh * m * r;
+  attn_bt(Bt, m, n, dd, Qb, dd, K + k_off + (size_t)bh * n * dd, Sb, n);
+  if (flags & RELCL_GATHER) attn_bt(Bt, m, r, dd, Qb, dd, wK + wk_off, Pb, r);
+  const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, flags);
+  for (int i = 0; i < nq; i++) {
+    const int row = (int)bh * nq + i;
+    relcl_fwd_row_item(Sb + (size_t)i * n, Pb + (size_t)i * r, 1u,
+                       probs + probs_off + (size_t)row * n, Bb + (size_t)i * r, row, q_pos0 + i,
+                       len, nk, k, rlo, R, flags, scale, drop_threshold, drop_scale, seed_lo,
+                       seed_hi, stream_lo, stream_hi);
+  }
+  attn_ab(m, dd, n, Sb, n, 0, V + v_off + (size_t)bh * n * dd, Bb, r, wV + wv_off,
+          (flags & RELCL_BUCKET) ? r : 0u, Z + z_off + attn_head_at(bh, (uint)H, m, dd, z_ld),
+          z_ld > 0 ? z_ld : dd);
+}
+
+/* Attention's backward on CPU devices, a work-item per (sequence, head) bh, for a shared
+ * table (lib/ops/attention.c decides): what attn_drop_rows, gemm_cpu_batch, gemm_cpu_bt and
+ * attn_bwd_rows do for that head in seven launches, in one, the same sums in the same order:
+ *   with fd (attn_drop_rows' flags) set, alpha' = dropout(alpha) into A (RELCL_WRITE_A) and
+ *   its label sums into Bk (RELCL_BUCKET), each row as relcl_drop_row_item;
+ *   dV = alpha'^T dZ;  D = dZ V^T;  with RELCL_GATHER in fb, G = dZ wV^T (nq x R);
+ *   each row as attn_bwd_rows' (relcl_bwd_row_item, flags fb): D becomes the logits'
+ *   gradient, its label sums go to Cb (RELCL_BUCKET);
+ *   dQ = D K (+ Cb wK with RELCL_BUCKET);  dK = D^T Q.
+ * The tables' gradients (sums over every head) are left to the host, from Bk and Cb. A is
+ * probs where there is no dropout; A, D, G, Bk and Cb are (BH nq nk), (BH nq nk) and (BH nq
+ * R) floats. dQ at ld dq_ld, dK and dV at dkv_ld (attn_head_at). Global (BH), local (1). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
+    __global const float *Q, uint q_off, __global const float *K, uint k_off,
+    __global const float *V, uint v_off, __global const float *wK, uint wk_off,
+    __global const float *wV, uint wv_off, __global const int *key_len, uint kl_off,
+    __global const float *probs, uint probs_off, __global const float *dZ, uint dz_off,
+    __global float *dQ, uint dq_off, uint dq_ld, __global float *dK, uint dk_off,
+    __global float *dV, uint dv_off, uint dkv_ld, __global float *A, __global float *D,
+    __global float *G, __global float *Bk, __global float *Cb, int H, int nq, int nk, int d,
+    int k, int rlo, int R, int q_pos0, int fd, int fb, float scale, uint drop_threshold,
+    float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
+  __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
+  const uint bh = get_global_id(0), m = (uint)nq, n = (uint)nk, dd = (uint)d, r = (uint)R;
+  __global const float *Qb = Q + q_off + (size_t)bh * m * dd;
+  __global const float *Kb = K + k_off + (size_t)bh * n * dd;
+  __global const float *Vb = V + v_off + (size_t)bh * n * dd;
+  __global const float *dZb = dZ + dz_off + (size_t)bh * m * dd;
+  __global const float *ab = probs + probs_off + (size_t)bh * m * n;
+  __global float *Db = D + (size_t)bh * m * n, *Gb = G + (size_t)bh * m * r;
+  __global float *Bb = Bk + (size_t)bh * m * r, *Cbb = Cb + (size_t)bh * m * r;
+  __global const float *Ab = (fd & RELCL_WRITE_A) ? A + (size_t)bh * m * n : ab;
+  if (fd)
+    for (int i = 0; i < nq; i++)
+      relcl_drop_row_item(ab + (size_t)i * n, (__global float *)Ab + (size_t)i * n,
+                          Bb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, nk, k, rlo, R, fd,
+                          drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo, stream_hi);
+  /* dV = alpha'^T dZ */
+  attn_ab(n, dd, m, Ab, n, 1, dZb, Ab, 0, dZb, 0,
+          dV + dv_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd);
+  /* D = dZ V^T, G = dZ wV^T */
+  attn_bt(Bt, m, n, dd, dZb, dd, Vb, Db, n);
+  if (fb & RELCL_GATHER) attn_bt(Bt, m, r, dd, dZb, dd, wV + wv_off, Gb, r);
+  const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, fb);
+  for (int i = 0; i < nq; i++)
+    relcl_bwd_row_item(Db + (size_t)i * n, Gb + (size_t)i * r, 1u, ab + (size_t)i * n,
+                       Cbb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, len, nk, k, rlo, R, fb,
+                       scale, drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo,
+                       stream_hi);
+  /* dQ = D K (+ C wK), dK = D^T Q */
+  attn_ab(m, dd, n, Db, n, 0, Kb, Cbb, r, wK + wk_off, (fb & RELCL_BUCKET) ? r : 0u,
+          dQ + dq_off + attn_head_at(bh, (uint)H, m, dd, dq_ld), dq_ld > 0 ? dq_ld : dd);
+  attn_ab(n, dd, m, Db, n, 1, Qb, Db, 0, Qb, 0,
+          dK + dk_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd);
+}
+#endif

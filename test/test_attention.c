@@ -61,6 +61,9 @@ static const attn_case cases[] = {
      * the item shape takes them 32 keys at a time */
     {"dropout long padded", 2, 2, 6, 45, 8, 3, 1, 0, 0, 0, 0, 1, 0.2f},
     {"large B*H", 8, 16, 17, 17, 8, 4, 1, 0, 0, 0, 0, 1, 0.0f},
+    /* issue 8's heads: d = 64 (whole blocks of gemm_cpu's 2 W columns), 32 keys, k = 16 */
+    {"d=64 n=32 dropout", 3, 2, 32, 32, 64, 16, 1, 0, 0, 0, 0, 1, 0.1f},
+    {"d=64 causal cross", 2, 2, 32, 20, 64, 16, 1, 0, 0, 1, 0, 1, 0.1f},
     {"long rows", 1, 2, 40, 300, 16, 16, 1, 0, 0, 0, 0, 0, 0.0f},
     {"long causal", 1, 2, 290, 290, 8, 16, 1, 0, 0, 1, 0, 0, 0.1f},
 };
@@ -263,6 +266,17 @@ static void check_merged(relcl_context *ctx, const relcl_attn_desc *d, const ten
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
 }
 
+/* A second context with RELCL_ATTN=apart where the first runs attention in one kernel a head
+ * (CPUs: kernels/gemm.cl attn_fwd_cpu, attn_bwd_cpu), else NULL */
+static relcl_context *apart;
+
+/* Whether the two forms compute each element as the same sum in the same order: a shared
+ * table (or none), more than one head in all, head_dim within gemm_cpu_bt's longest sum and
+ * keys enough that Q K^T goes to gemm_cpu_bt (gemm.c's RELCL_DOTS_BELOW: 12) */
+static int same_sums(const attn_case *c) {
+  return !(c->rel && c->per_head) && c->B * c->H > 1 && c->d <= 128 && c->nk >= 12;
+}
+
 static void check_case(relcl_context *ctx, const attn_case *c) {
   relcl_attn_desc d = desc_of(c);
   tensors t = make_tensors(c, 1000 + (uint64_t)(c - cases) * 16);
@@ -308,6 +322,15 @@ static void check_case(relcl_context *ctx, const attn_case *c) {
              same_bits(r.dwV, r2.dwV, t.nW);
   tu_check(same, "%-24s bitwise identical on a second run", c->name);
   check_merged(ctx, &d, &t, &r, c->name);
+  if (apart && same_sums(c)) { /* one kernel a head: the bits of the kernels it joins */
+    device_run ra = run_device(apart, &d, &t, (float)DW0);
+    same = same_bits(r.Z, ra.Z, t.nQ) && same_bits(r.probs, ra.probs, t.nP) &&
+           same_bits(r.dQ, ra.dQ, t.nQ) && same_bits(r.dK, ra.dK, t.nKV) &&
+           same_bits(r.dV, ra.dV, t.nKV) && same_bits(r.dwK, ra.dwK, t.nW) &&
+           same_bits(r.dwV, ra.dwV, t.nW);
+    tu_check(same, "%-24s one kernel a head: the bits of the kernels apart", c->name);
+    free_run(&ra);
+  }
 
   free_run(&r);
   free_run(&r2);
@@ -432,6 +455,16 @@ int main(int argc, char **argv) {
   relcl_context *ctx = tu_context();
   printf("device: %s\n", relcl_context_device_name(ctx));
   tu_check_width(relcl__cpu_width(ctx));
+  printf("attention: %s\n", relcl__attn_fused(ctx) ? "one kernel a head" : "kernels apart");
+  const char *attn_env = getenv("RELCL_ATTN");
+  if (attn_env && strcmp(attn_env, "apart") == 0)
+    tu_check(!relcl__attn_fused(ctx), "RELCL_ATTN=apart: the context runs attention's kernels "
+                                      "apart");
+  if (relcl__attn_fused(ctx) && !keep_buffers) { /* not under Oclgrind: twice as long */
+    setenv("RELCL_ATTN", "apart", 1);
+    apart = tu_context();
+    unsetenv("RELCL_ATTN");
+  }
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const attn_case *c = &cases[i];
     if (small && (size_t)c->B * c->H * c->nq * c->nk > 600) continue;
@@ -440,6 +473,7 @@ int main(int argc, char **argv) {
   }
   if (small) {
     for (size_t i = 0; i < n_kept; i++) clReleaseMemObject(kept[i]);
+    if (apart) relcl_context_destroy(apart);
     relcl_context_destroy(ctx);
     return tu_finish();
   }
@@ -452,6 +486,7 @@ int main(int argc, char **argv) {
   };
   for (size_t i = 0; i < sizeof fd_cases / sizeof *fd_cases; i++)
     check_finite_differences(ctx, &fd_cases[i]);
+  if (apart) relcl_context_destroy(apart);
   relcl_context_destroy(ctx);
   return tu_finish();
 }

@@ -415,6 +415,72 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
   return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs);
 }
 
+/* Whether attention runs in one kernel a head (kernels/gemm.cl attn_fwd_cpu, attn_bwd_cpu):
+ * on CPUs (relcl__attn_fused), with a shared table or none, head_dim within gemm_cpu_bt's
+ * longest sum */
+static bool fused(const relcl_context *ctx, const plan *p, const relcl_attn_desc *desc) {
+  return relcl__attn_fused(ctx) && !(p->rel && desc->per_head) && p->d <= RELCL_CPU_BT_KMAX;
+}
+
+/* The forward in one kernel a head (kernels/gemm.cl attn_fwd_cpu): S, the relative logits and
+ * the label sums go through scratch that the same work-item writes and reads back at once, so
+ * they stay in its cache. The same sums in the same order as the three launches below it. */
+static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl_attn_desc *desc,
+                                  relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
+                                  relcl_buf wV, relcl_buf key_len, relcl_buf Z, size_t z_ld,
+                                  relcl_buf probs) {
+  cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
+  relcl__kernel_entry *kern;
+  const size_t Rsz = p->rows * (size_t)p->R * sizeof(float);
+  relcl_status st = relcl__kernel(ctx, "gemm", "attn_fwd_cpu", &kern);
+  if (st == RELCL_OK) st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), &S);
+  if (st == RELCL_OK && p->rel) st = relcl__pool_get(ctx, Rsz, &Pm);
+  if (st == RELCL_OK && p->rel_v) st = relcl__pool_get(ctx, Rsz, &Bm);
+  if (st == RELCL_OK && !probs.mem) {
+    st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), &Am);
+    probs = relcl_buf_at(Am, 0);
+  }
+  if (st == RELCL_OK) {
+    const int flags = p->flags | (p->rel ? RELCL_GATHER : 0) | (p->rel_v ? RELCL_BUCKET : 0) |
+                      (key_len.mem ? RELCL_KEY_LEN : 0);
+    const int H = (int)p->H, nq = desc->nq, nk = desc->nk, d = (int)p->d, q0 = desc->q_pos0;
+    const cl_uint zl = (cl_uint)z_ld;
+    const size_t win = (size_t)p->rlo * p->d; /* the tables at label rlo */
+    relcl__args a = {kern->kernel, 0, CL_SUCCESS};
+    relcl__buf_arg(&a, Q, NULL);
+    relcl__buf_arg(&a, K, NULL);
+    relcl__buf_arg(&a, V, NULL);
+    relcl__buf_arg(&a, p->rel ? relcl_buf_at(wK.mem, wK.offset + win) : Q, NULL);
+    relcl__buf_arg(&a, p->rel_v ? relcl_buf_at(wV.mem, wV.offset + win) : Q, NULL);
+    relcl__buf_arg(&a, key_len, S);
+    relcl__buf_arg(&a, Z, NULL);
+    RELCL__ARG(&a, zl);
+    relcl__buf_arg(&a, probs, NULL);
+    cl_mem pm = Pm ? Pm : S, bm = Bm ? Bm : S;
+    RELCL__ARG(&a, S);
+    RELCL__ARG(&a, pm);
+    RELCL__ARG(&a, bm);
+    RELCL__ARG(&a, H);
+    RELCL__ARG(&a, nq);
+    RELCL__ARG(&a, nk);
+    RELCL__ARG(&a, d);
+    RELCL__ARG(&a, p->k);
+    RELCL__ARG(&a, p->rlo);
+    RELCL__ARG(&a, p->R);
+    RELCL__ARG(&a, q0);
+    RELCL__ARG(&a, flags);
+    RELCL__ARG(&a, p->scale);
+    drop_args(&a, p);
+    const size_t global[1] = {p->BH}, local[1] = {1};
+    st = relcl__launch(ctx, kern, &a, 1, global, local);
+  }
+  relcl__pool_put(ctx, S);
+  relcl__pool_put(ctx, Pm);
+  relcl__pool_put(ctx, Bm);
+  relcl__pool_put(ctx, Am);
+  return st;
+}
+
 /* make_plan again (host arithmetic, no OpenCL call): the plan is also what the launch uses. */
 relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
@@ -422,6 +488,8 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
+  if (fused(ctx, &p, desc))
+    return fused_forward(ctx, &p, desc, Q, K, V, wK, wV, key_len, Z, z_ld, probs);
 
   cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
   relcl__kernel_entry *kern;
@@ -494,6 +562,85 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
                               dwK, dwV);
 }
 
+/* The backward in one kernel a head (kernels/gemm.cl attn_bwd_cpu), then the tables'
+ * gradients, sums over every head, from the label sums it leaves in Bk and Cb: the same sums in
+ * the same order as relcl__attn_backward's launches. */
+static relcl_status fused_backward(relcl_context *ctx, const plan *p,
+                                   const relcl_attn_desc *desc, relcl_buf Q, relcl_buf K,
+                                   relcl_buf V, relcl_buf wK, relcl_buf wV, relcl_buf key_len,
+                                   relcl_buf probs, relcl_buf dZ, relcl_buf dQ, size_t dq_ld,
+                                   relcl_buf dK, relcl_buf dV, size_t dkv_ld, relcl_buf dwK,
+                                   relcl_buf dwV) {
+  cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;
+  const size_t Rsz = p->rows * (size_t)p->R * sizeof(float);
+  const size_t Ssz = p->rows * p->nk * sizeof(float);
+  relcl__kernel_entry *kern;
+  relcl_status st = relcl__kernel(ctx, "gemm", "attn_bwd_cpu", &kern);
+  if (st == RELCL_OK) st = relcl__pool_get(ctx, Ssz, &Dm);
+  if (st == RELCL_OK && p->rel) st = relcl__pool_get(ctx, Rsz, &Cm);
+  if (st == RELCL_OK && p->rel_v) st = relcl__pool_get(ctx, Rsz, &Bm);
+  if (st == RELCL_OK && p->rel_v) st = relcl__pool_get(ctx, Rsz, &Gm);
+  if (st == RELCL_OK && (p->flags & RELCL_DROPOUT)) st = relcl__pool_get(ctx, Ssz, &Am);
+  if (st == RELCL_OK) {
+    const int len_flag = key_len.mem ? RELCL_KEY_LEN : 0;
+    /* attn_drop_rows' flags (0: alpha' is alpha and no label sums of it are needed) and
+     * attn_bwd_rows' */
+    const int fd = Am || p->rel_v ? p->flags | len_flag | (Am ? RELCL_WRITE_A : 0) |
+                                        (p->rel_v ? RELCL_BUCKET : 0)
+                                  : 0;
+    const int fb =
+        p->flags | len_flag | (p->rel_v ? RELCL_GATHER : 0) | (p->rel ? RELCL_BUCKET : 0);
+    const int H = (int)p->H, nq = desc->nq, nk = desc->nk, d = (int)p->d, q0 = desc->q_pos0;
+    const cl_uint dql = (cl_uint)dq_ld, dkvl = (cl_uint)dkv_ld;
+    const size_t win = (size_t)p->rlo * p->d; /* the tables at label rlo */
+    cl_mem am = Am ? Am : Dm, gm = Gm ? Gm : Dm, bm = Bm ? Bm : Dm, cm = Cm ? Cm : Dm;
+    relcl__args a = {kern->kernel, 0, CL_SUCCESS};
+    relcl__buf_arg(&a, Q, NULL);
+    relcl__buf_arg(&a, K, NULL);
+    relcl__buf_arg(&a, V, NULL);
+    relcl__buf_arg(&a, p->rel ? relcl_buf_at(wK.mem, wK.offset + win) : Q, NULL);
+    relcl__buf_arg(&a, p->rel_v ? relcl_buf_at(wV.mem, wV.offset + win) : Q, NULL);
+    relcl__buf_arg(&a, key_len, Dm);
+    relcl__buf_arg(&a, probs, NULL);
+    relcl__buf_arg(&a, dZ, NULL);
+    relcl__buf_arg(&a, dQ, NULL);
+    RELCL__ARG(&a, dql);
+    relcl__buf_arg(&a, dK, NULL);
+    relcl__buf_arg(&a, dV, NULL);
+    RELCL__ARG(&a, dkvl);
+    RELCL__ARG(&a, am);
+    RELCL__ARG(&a, Dm);
+    RELCL__ARG(&a, gm);
+    RELCL__ARG(&a, bm);
+    RELCL__ARG(&a, cm);
+    RELCL__ARG(&a, H);
+    RELCL__ARG(&a, nq);
+    RELCL__ARG(&a, nk);
+    RELCL__ARG(&a, d);
+    RELCL__ARG(&a, p->k);
+    RELCL__ARG(&a, p->rlo);
+    RELCL__ARG(&a, p->R);
+    RELCL__ARG(&a, q0);
+    RELCL__ARG(&a, fd);
+    RELCL__ARG(&a, fb);
+    RELCL__ARG(&a, p->scale);
+    drop_args(&a, p);
+    const size_t global[1] = {p->BH}, local[1] = {1};
+    st = relcl__launch(ctx, kern, &a, 1, global, local);
+  }
+  /* dwV += B'^T dZ, dwK += C^T Q */
+  if (st == RELCL_OK && p->rel_v && dwV.mem)
+    st = table_grad(ctx, p, false, relcl_buf_at(Bm, 0), dZ, dwV);
+  if (st == RELCL_OK && p->rel && dwK.mem)
+    st = table_grad(ctx, p, false, relcl_buf_at(Cm, 0), Q, dwK);
+  relcl__pool_put(ctx, Am);
+  relcl__pool_put(ctx, Dm);
+  relcl__pool_put(ctx, Bm);
+  relcl__pool_put(ctx, Gm);
+  relcl__pool_put(ctx, Cm);
+  return st;
+}
+
 relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                   relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
                                   relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
@@ -502,6 +649,9 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
+  if (fused(ctx, &p, desc))
+    return fused_backward(ctx, &p, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, dq_ld, dK, dV,
+                          dkv_ld, dwK, dwV);
 
   cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;
   const size_t Rsz = p.rows * (size_t)p.R * sizeof(float);

@@ -163,7 +163,9 @@ static relcl_status lookup(const char *spec, cl_platform_id *platform, cl_device
  *    relcl's kernels (kernels/gemm.cl) on a CPU, where they run them 2.5 times faster and
  *    more than CLBlast's direct kernel, CLBlast elsewhere;
  *  - who computes the single products (gemm.c), RELCL_CPU_GEMM=relcl|clblast: relcl's
- *    gemm_cpu on a CPU, 2 to 5 times CLBlast's tuned Xgemm through PoCL, CLBlast elsewhere. */
+ *    gemm_cpu on a CPU, 2 to 5 times CLBlast's tuned Xgemm through PoCL, CLBlast elsewhere;
+ *  - attention's forward, RELCL_ATTN=fused|apart: on a CPU one kernel a head where the row
+ *    kernels are items and relcl runs the products (lib/ops/attention.c), apart elsewhere. */
 static relcl_status cpu_choice(const relcl_context *ctx, const char *var, const char *cpu,
                                const char *other, bool *out) {
   const char *env = getenv(var);
@@ -185,6 +187,10 @@ static relcl_status cpu_choice(const relcl_context *ctx, const char *var, const 
 bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
 
 bool relcl__own_products(const relcl_context *ctx) { return relcl__own_products_in(ctx); }
+
+bool relcl__attn_fused(const relcl_context *ctx) {
+  return ctx->attn_fused && ctx->row_item && relcl__own_products_in(ctx);
+}
 
 int relcl__cpu_width(const relcl_context *ctx) { return ctx->cpu_vec; }
 
@@ -222,6 +228,7 @@ static relcl_status setup(relcl_context *ctx) {
     st = cpu_choice(ctx, "RELCL_HEAD_GEMM", "relcl", "clblast", &ctx->gemm_heads);
   if (st == RELCL_OK)
     st = cpu_choice(ctx, "RELCL_CPU_GEMM", "relcl", "clblast", &ctx->gemm_cpu);
+  if (st == RELCL_OK) st = cpu_choice(ctx, "RELCL_ATTN", "fused", "apart", &ctx->attn_fused);
   if (st == RELCL_OK) st = cpu_vec_check();
   ctx->cpu_vec = relcl__cpu_vec(ctx->device);
   if (st != RELCL_OK) return st;

@@ -72,6 +72,8 @@ struct relcl_context {
   int cpu_vec;     /* its vector width, relcl__cpu_vec */
   bool gemm_heads; /* batched products in relcl's kernels (kernels/gemm.cl: gemm_cpu,
                     * gemm_cpu_bt, gemm_heads_dots), not CLBlast's: CPUs, RELCL_HEAD_GEMM */
+  bool attn_fused; /* attention's forward in one kernel a head where it can (kernels/gemm.cl
+                    * attn_fwd_cpu, lib/ops/attention.c): CPUs, RELCL_ATTN */
   relcl__memacct *mem; /* relcl_alloc accounting (context.c) */
   /* Profiling (relcl_profile_enable, RELCL_PROFILE): commands get events, kept pending and
    * read at relcl_finish, so the queue is never synchronized per command. */

@@ -21,6 +21,8 @@ relcl_profile_part relcl__kernel_part(const char *name) {
   } parts[] = {
       {"attn_fwd_rows", RELCL_PART_ATTENTION_ROWS}, {"attn_drop_rows", RELCL_PART_ATTENTION_ROWS},
       {"attn_bwd_rows", RELCL_PART_ATTENTION_ROWS}, {"attn_step", RELCL_PART_ATTENTION_ROWS},
+      /* attention in one kernel a head on CPUs, products included (lib/ops/attention.c) */
+      {"attn_fwd_cpu", RELCL_PART_ATTENTION_ROWS},  {"attn_bwd_cpu", RELCL_PART_ATTENTION_ROWS},
       {"ln_fwd", RELCL_PART_LAYER_NORM},            {"ln_bwd", RELCL_PART_LAYER_NORM},
       {"ln_param_partial", RELCL_PART_LAYER_NORM},  {"ln_bwd_params", RELCL_PART_LAYER_NORM},
       {"dropout_apply", RELCL_PART_DROPOUT},

@@ -64,6 +64,9 @@ int relcl__cpu_width(const relcl_context *ctx);
  * gemm_cpu_bt: CPUs, unless RELCL_CPU_GEMM or RELCL_HEAD_GEMM is clblast): then a product
  * through relcl__gemm is the fastest form of it, and CLBlast's tuning changes nothing. */
 bool relcl__own_products(const relcl_context *ctx);
+/* Whether attention's forward may run in one kernel a head (kernels/gemm.cl attn_fwd_cpu):
+ * relcl's own products, item-shaped rows, and RELCL_ATTN not apart (CPUs). */
+bool relcl__attn_fused(const relcl_context *ctx);
 /* Launch a row kernel over `rows` rows of `width` columns, adding its `locals` local-memory
  * arguments (4 bytes per lane each): with item, one work-item per row (the global size
  * rounded up: the kernel returns past its rows); else one power-of-two work-group per row. */
