@@ -309,7 +309,7 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
     T_STEP(16, 1, T16_LO1, T16_HI1)                                                         \
   } while (0)
 
-/* ---- attention's rows in the item shape (attention.cl's row kernels, gemm.cl's attn_fwd_cpu) ---- */
+/* ---- attention's rows in the item shape (attention.cl's row kernels, gemm.cl's attn_*_cpu) ---- */
 
 inline int relcl_label(int j, int pq, int k) { return clamp(j - pq, -k, k) + k; }
 

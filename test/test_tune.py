@@ -358,13 +358,17 @@ def main():
         planted = os.path.join(tmp, "kernels-planted")
         shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels"),
                         planted)
-        att = os.path.join(planted, "attention.cl")
-        with open(att, encoding="utf-8") as f:
-            text = f.read()
-        # (attn_fwd_rows has the line twice: its item shape and its group shape)
-        check(text.count("    e *= scale;\n") == 2, "the planted scale has its lines to replace")
-        with open(att, "w", encoding="utf-8") as f:
-            f.write(text.replace("    e *= scale;\n", "    e *= scale * 1.01f;\n"))
+        # (attn_fwd_rows' group shape in attention.cl, its item shape's row, which
+        # attn_fwd_cpu shares, in common.cl)
+        found = 0
+        for name in ("attention.cl", "common.cl"):
+            path = os.path.join(planted, name)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            found += text.count("    e *= scale;\n")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text.replace("    e *= scale;\n", "    e *= scale * 1.01f;\n"))
+        check(found == 2, "the planted scale has its lines to replace")
         r = run([tune, "--check", out], env=dict(os.environ, RELCL_KERNEL_DIR=planted),
                 timeout=300)
         lines = r.stderr.strip().splitlines()
