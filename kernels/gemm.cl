@@ -529,8 +529,8 @@ inline size_t attn_head_at(uint bh, uint H, uint rows, uint d, uint ld) {
 
 /* Attention's forward on CPU devices, a work-item per (sequence, head) bh, for a shared
  * table (lib/ops/attention.c decides): what gemm_cpu_bt, attn_fwd_rows and gemm_cpu_batch do
- * for that head in four launches, in one, so that S, the relative logits and the label sums
- * go from one step to the next through the work-item's cache rather than memory:
+ * for that head in four launches, in one, which asks for the operands of the product after
+ * the rows (and for the next head's) while the rows run (attn_ask):
  *   S = Q K^T;  with RELCL_GATHER, P = Q wK^T over the labels rlo .. rlo + R - 1 (nq x R);
  *   each row as attn_fwd_rows' (relcl_fwd_row_item): alpha to probs, alpha' over S, its
  *   label sums to Bk (with RELCL_BUCKET);
@@ -575,7 +575,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
 
 /* Attention's backward on CPU devices, a work-item per (sequence, head) bh, for a shared
  * table (lib/ops/attention.c decides): what attn_drop_rows, gemm_cpu_batch, gemm_cpu_bt and
- * attn_bwd_rows do for that head in seven launches, in one, the same sums in the same order:
+ * attn_bwd_rows do for that head in seven launches, in one, the same sums in the same order,
+ * asking for each product's operands during the rows before it (attn_ask):
  *   with fd (attn_drop_rows' flags) set, alpha' = dropout(alpha) into A (RELCL_WRITE_A) and
  *   its label sums into Bk (RELCL_BUCKET), each row as relcl_drop_row_item;
  *   dV = alpha'^T dZ;  D = dZ V^T;  with RELCL_GATHER in fb, G = dZ wV^T (nq x R);
