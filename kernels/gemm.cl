@@ -422,6 +422,21 @@ bt_rows(uint i0, uint m, uint k, float alpha, float beta, __global const float *
   for (int r = 0; r < rows && i0 + r < m; r++)
     cpu_store(C + (size_t)(i0 + r) * ldc, C, 0, alpha * c0[r], alpha * c1[r], beta, nn);
 }
+/* Bt[p][j] = B[j][p] for the nn (at most 2 W) rows j of B (ldb apart) and its first k
+ * columns, zero past nn: 16 x 16 at a time in registers where the block is whole and k a
+ * multiple of 16 */
+inline void bt_stage(__local float *Bt, __global const float *B, uint ldb, uint k, uint nn) {
+  if (2 * CPU_W % 16 == 0 && nn == 2 * CPU_W && k % 16 == 0) {
+    for (uint p = 0; p < k; p += 16)
+      for (uint j = 0; j < 2 * CPU_W; j += 16)
+        heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, B + (size_t)j * ldb + p, ldb);
+  } else {
+    for (uint p = 0; p < k; p++)
+      for (uint j = 0; j < 2 * CPU_W; j++)
+        Bt[p * 2 * CPU_W + j] = j < nn ? B[(size_t)j * ldb + p] : 0.0f;
+  }
+}
+
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
     uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
     uint lda, uint a_stride, int trans_a, __global const float *B, uint b_off, uint ldb,
@@ -433,15 +448,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
   B += b_off + b * b_stride + (size_t)j0 * ldb;
   C += c_off + b * c_stride + j0;
   const uint nn = min(n - j0, 2u * CPU_W);
-  if (2 * CPU_W % 16 == 0 && nn == 2 * CPU_W && k % 16 == 0) {
-    for (uint p = 0; p < k; p += 16)
-      for (uint j = 0; j < 2 * CPU_W; j += 16)
-        heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, B + (size_t)j * ldb + p, ldb);
-  } else {
-    for (uint p = 0; p < k; p++)
-      for (uint j = 0; j < 2 * CPU_W; j++)
-        Bt[p * 2 * CPU_W + j] = j < nn ? B[(size_t)j * ldb + p] : 0.0f;
-  }
+  bt_stage(Bt, B, ldb, k, nn);
   /* the next product's operands (see CPU_ASK_SPAN): all of op(A), the block's rows of B and
    * columns of C; in a single product, the next block's rows of B and columns of C (A, the
    * same for all blocks, is in cache) */
@@ -471,17 +478,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
 inline void attn_bt(__local float *Bt, uint m, uint n, uint k, __global const float *A, uint lda,
                     __global const float *B, __global float *C, uint ldc) {
   for (uint j0 = 0; j0 < n; j0 += 2 * CPU_W) {
-    __global const float *Bj = B + (size_t)j0 * k;
     const uint nn = min(n - j0, 2u * CPU_W);
-    if (2 * CPU_W % 16 == 0 && nn == 2 * CPU_W && k % 16 == 0) {
-      for (uint p = 0; p < k; p += 16)
-        for (uint j = 0; j < 2 * CPU_W; j += 16)
-          heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, Bj + (size_t)j * k + p, k);
-    } else {
-      for (uint p = 0; p < k; p++)
-        for (uint j = 0; j < 2 * CPU_W; j++)
-          Bt[p * 2 * CPU_W + j] = j < nn ? Bj[(size_t)j * k + p] : 0.0f;
-    }
+    bt_stage(Bt, B + (size_t)j0 * k, k, k, nn);
     for (uint i0 = 0; i0 < m; i0 += CPU_MR)
       if (m - i0 <= CPU_MR / 2)
         bt_rows(i0, m, k, 1.0f, 0.0f, A, lda, 0, Bt, C + j0, ldc, nn, false, 0, A, 0, A, 0, C,
