@@ -792,9 +792,6 @@ static double kernel_bytes(const char *name, const traffic *t) {
       {"attn_fwd_rows", 0, 3, 0},  /* logits in, weights and dropped weights out */
       {"attn_drop_rows", 0, 2, 0}, /* weights in, dropped weights out */
       {"attn_bwd_rows", 0, 3, 0},  /* gradient and weights in, logit gradient out */
-      /* attention in one kernel a head (CPUs), its products inside: */
-      {"attn_fwd_cpu", 4, 1, 0}, /* Q, K, V in, Z and the weights out */
-      {"attn_bwd_cpu", 7, 1, 0}, /* Q, K, V, dZ and the weights in, dQ, dK, dV out */
       {"adam_update", 0, 0, 7},    /* param, grad, m, v in; param, m, v out */
   };
   for (size_t i = 0; i < sizeof table / sizeof *table; i++)

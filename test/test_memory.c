@@ -150,13 +150,17 @@ static void check_profile(relcl_context *ctx) {
       rows += e.part == RELCL_PART_ATTENTION_ROWS && strcmp(e.name, "attn_fwd_rows") == 0;
       windows += strcmp(e.name, "table_window_t") == 0 ? (int)e.calls : 0;
       fused += e.m > 0 && strchr(e.name, '+') != NULL ? (int)e.calls : 0;
-      whole += e.part == RELCL_PART_ATTENTION_ROWS && strcmp(e.name, "attn_fwd_cpu") == 0;
+      /* one product of all its multiply-adds (attention.c fused_shape) */
+      whole += e.part == RELCL_PART_ATTENTION_ROWS && strncmp(e.name, "attn_fwd_cpu ", 13) == 0 &&
+               e.m == (size_t)B * H * n && e.k == D &&
+               e.n == (size_t)2 * n + (relative ? 2 * (2 * k + 1) : 0);
     }
     if (whole) { /* attention in one kernel a head (CPUs: RELCL_ATTN), the products in it */
       tu_check(calls == 2 && s[relative].commands == 2 && whole == 1 && reads == 1 &&
-                   gemms == 0 && s[relative].part_ms[RELCL_PART_RELATIVE_GEMM] == 0,
+                   gemms == 1 && s[relative].part_ms[RELCL_PART_RELATIVE_GEMM] == 0,
                "%s forward in one kernel a head: %ld commands profiled (want 2), %d GEMM "
-               "shapes, the kernel and the read in their parts",
+               "shapes (the kernel, its products as one), the kernel and the read in their "
+               "parts",
                relative ? "relative" : "absolute", calls, gemms);
     } else {
       /* forward: Q K^T and alpha V, plus Q wK^T and B' wV when relative; one row kernel;

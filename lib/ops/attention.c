@@ -429,6 +429,13 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
   return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs);
 }
 
+/* fused_shape: the profile names and rates each fused kernel as the one product m x n x k
+ * with as many multiply-adds as its products have (relcl-bench's per-shape table gives its
+ * GFLOP/s, rows and dropout included in its time): m = B H nq rows, k = head_dim, n the
+ * columns of its products over k, the forward's Q K^T and alpha' V (nk each), Q wK^T and B'
+ * wV (R each); the backward's dV, D = dZ V^T, dQ and dK (nk each), G = dZ wV^T and C wK (R
+ * each). */
+
 /* Whether attention runs in one kernel a head (kernels/gemm.cl attn_fwd_cpu, attn_bwd_cpu):
  * on CPUs (relcl__attn_fused), with a shared table or none, head_dim within gemm_cpu_bt's
  * longest sum */
@@ -478,7 +485,9 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
     RELCL__ARG(&a, p->scale);
     drop_args(&a, p);
     const size_t global[1] = {p->BH}, local[1] = {1};
-    st = relcl__launch(ctx, kern, &a, 1, global, local);
+    /* profiled as one product of all its multiply-adds (fused_shape) */
+    st = relcl__launch_product(ctx, kern, &a, 1, global, local, p->rows,
+                               2 * p->nk + (p->rel ? p->R : 0) + (p->rel_v ? p->R : 0), p->d);
   }
   relcl__pool_put(ctx, S);
   relcl__pool_put(ctx, Pm);
@@ -624,7 +633,9 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
     RELCL__ARG(&a, p->scale);
     drop_args(&a, p);
     const size_t global[1] = {p->BH}, local[1] = {1};
-    st = relcl__launch(ctx, kern, &a, 1, global, local);
+    /* dV, D, dQ and dK, G and C wK as one product (fused_shape) */
+    st = relcl__launch_product(ctx, kern, &a, 1, global, local, p->rows,
+                               4 * p->nk + (p->rel ? p->R : 0) + (p->rel_v ? p->R : 0), p->d);
   }
   /* dwV += B'^T dZ, dwK += C^T Q */
   if (st == RELCL_OK && p->rel_v && dwV.mem)
