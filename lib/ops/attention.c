@@ -1,8 +1,11 @@
 /* Relation-aware multi-head attention, forward and backward (Shaw et al. 2018), in the
- * factored form of ../shared/design/relative-attention.md: the content terms run in CLBlast;
- * the small label products with a shared table (the default) and the gather / softmax /
- * dropout / bucket passes over the nq x nk weights in kernels/attention.cl, those with
- * per-head tables in CLBlast. No nq x nk x d tensor is ever built. */
+ * factored form of ../shared/design/relative-attention.md: the content terms run through
+ * relcl's GEMM door (CLBlast, or relcl's own product kernels on a CPU); the small label
+ * products with a shared table (the default) and the gather / softmax / dropout / bucket
+ * passes over the nq x nk weights in kernels/attention.cl, those with per-head tables as
+ * products. On a CPU, with a shared table or none, all of a head's work but the tables'
+ * gradients runs in one kernel (kernels/gemm.cl attn_fwd_cpu, attn_bwd_cpu: fused below).
+ * No nq x nk x d tensor is ever built. */
 #include "flags.h" /* RELCL_GATHER, ...: shared with kernels/attention.cl */
 #include "runtime.h"
 #include "ops.h"
