@@ -541,8 +541,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
     __global const float *V, uint v_off, __global const float *wK, uint wk_off,
     __global const float *wV, uint wv_off, __global const int *key_len, uint kl_off,
     __global float *Z, uint z_off, uint z_ld, __global float *probs, uint probs_off,
-    __global float *S, __global float *P, __global float *Bk, int H, int nq, int nk, int d,
-    int k, int rlo, int R, int q_pos0, int flags, float scale, uint drop_threshold,
+    __global float *S, __global float *P, __global float *Bk, int H, int nq, int nk, int k,
+    int rlo, int R, int q_pos0, int d, int flags, float scale, uint drop_threshold,
     float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
   __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
   const uint bh = get_global_id(0), m = (uint)nq, n = (uint)nk, dd = (uint)d, r = (uint)R;
@@ -591,8 +591,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
     __global const float *probs, uint probs_off, __global const float *dZ, uint dz_off,
     __global float *dQ, uint dq_off, uint dq_ld, __global float *dK, uint dk_off,
     __global float *dV, uint dv_off, uint dkv_ld, __global float *A, __global float *D,
-    __global float *G, __global float *Bk, __global float *Cb, int H, int nq, int nk, int d,
-    int k, int rlo, int R, int q_pos0, int fd, int fb, float scale, uint drop_threshold,
+    __global float *G, __global float *Bk, __global float *Cb, int H, int nq, int nk, int k,
+    int rlo, int R, int q_pos0, int d, int fd, int fb, float scale, uint drop_threshold,
     float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
   __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
   const uint bh = get_global_id(0), m = (uint)nq, n = (uint)nk, dd = (uint)d, r = (uint)R;

@@ -375,9 +375,10 @@ static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head,
 }
 
 /* Arguments common to the three row kernels, after their buffers. */
-static void row_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc, int flags) {
-  int rows = (int)p->rows, H = (int)p->H, nq = desc->nq, nk = desc->nk, q0 = desc->q_pos0;
-  RELCL__ARG(a, rows);
+/* The shape every attention kernel takes: H, nq, nk, k, rlo, R, q_pos0 (the row kernels
+ * after their rows, kernels/gemm.cl's attn_fwd_cpu and attn_bwd_cpu before head_dim) */
+static void head_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc) {
+  const int H = (int)p->H, nq = desc->nq, nk = desc->nk, q0 = desc->q_pos0;
   RELCL__ARG(a, H);
   RELCL__ARG(a, nq);
   RELCL__ARG(a, nk);
@@ -385,6 +386,12 @@ static void row_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc,
   RELCL__ARG(a, p->rlo);
   RELCL__ARG(a, p->R);
   RELCL__ARG(a, q0);
+}
+
+static void row_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc, int flags) {
+  const int rows = (int)p->rows;
+  RELCL__ARG(a, rows);
+  head_args(a, p, desc);
   RELCL__ARG(a, flags);
 }
 
@@ -398,19 +405,6 @@ static void drop_args(relcl__args *a, const plan *p) {
 }
 
 
-/* The fused kernels' shape arguments (kernels/gemm.cl attn_fwd_cpu, attn_bwd_cpu): H, nq, nk,
- * d, k, rlo, R, q_pos0 */
-static void head_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc) {
-  const int H = (int)p->H, nq = desc->nq, nk = desc->nk, d = (int)p->d, q0 = desc->q_pos0;
-  RELCL__ARG(a, H);
-  RELCL__ARG(a, nq);
-  RELCL__ARG(a, nk);
-  RELCL__ARG(a, d);
-  RELCL__ARG(a, p->k);
-  RELCL__ARG(a, p->rlo);
-  RELCL__ARG(a, p->R);
-  RELCL__ARG(a, q0);
-}
 
 /* A work-group or a work-item per query row (kernels/common.cl), as the context says. */
 static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
@@ -468,6 +462,7 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
     const int flags = p->flags | (p->rel ? RELCL_GATHER : 0) | (p->rel_v ? RELCL_BUCKET : 0) |
                       (key_len.mem ? RELCL_KEY_LEN : 0);
     const cl_uint zl = (cl_uint)z_ld;
+    const int d = (int)p->d;
     const size_t win = (size_t)p->rlo * p->d; /* the tables at label rlo */
     relcl__args a = {kern->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, Q, NULL);
@@ -484,6 +479,7 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
     RELCL__ARG(&a, pm);
     RELCL__ARG(&a, bm);
     head_args(&a, p, desc);
+    RELCL__ARG(&a, d);
     RELCL__ARG(&a, flags);
     RELCL__ARG(&a, p->scale);
     drop_args(&a, p);
@@ -609,6 +605,7 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
     const int fb =
         p->flags | len_flag | (p->rel_v ? RELCL_GATHER : 0) | (p->rel ? RELCL_BUCKET : 0);
     const cl_uint dql = (cl_uint)dq_ld, dkvl = (cl_uint)dkv_ld;
+    const int d = (int)p->d;
     const size_t win = (size_t)p->rlo * p->d; /* the tables at label rlo */
     cl_mem am = Am ? Am : Dm, gm = Gm ? Gm : Dm, bm = Bm ? Bm : Dm, cm = Cm ? Cm : Dm;
     relcl__args a = {kern->kernel, 0, CL_SUCCESS};
@@ -631,6 +628,7 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
     RELCL__ARG(&a, bm);
     RELCL__ARG(&a, cm);
     head_args(&a, p, desc);
+    RELCL__ARG(&a, d);
     RELCL__ARG(&a, fd);
     RELCL__ARG(&a, fb);
     RELCL__ARG(&a, p->scale);
