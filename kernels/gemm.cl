@@ -108,9 +108,11 @@ __kernel void gemm_heads_dots(uint m, uint n, uint k, float alpha, float beta,
  * GFLOP/s, where CLBlast's tuned Xgemm ran them at 85-124 (its float4 and float2 vectors fill a
  * quarter of a register). Rows past m read row m - 1 and are not stored; the last columns, if n is
  * not a multiple of 2 W, go through a zero-padded copy of B's row. Each element is one sum in order
- * p = 0 .. k-1 (CPU_MAD). Global (ceil(n / 2 W), ceil(m / CPU_MR), batch), local (1, 1, 1); with
- * rows_first the first two dimensions swap, so that consecutive work-items (which PoCL runs one
- * after another on a thread) share B's columns rather than A's rows. The per-head products of the
+ * p = 0 .. k-1 (CPU_MAD). In gemm_cpu a work-item may run `blocks` such blocks of rows, one
+ * under the other, with the same columns (gemm.c's cpu_product says where). Global (ceil(n /
+ * 2 W), ceil(m / (blocks CPU_MR)), batch), local (1, 1, 1); with rows_first the first two
+ * dimensions swap, so that consecutive work-items (which PoCL runs one after another on a
+ * thread) share B's columns rather than A's rows. The per-head products of the
  * issue-8 step ran here at 150-185 GFLOP/s, about the speed at which a copy kernel moves their
  * operands (relcl-bench, Zen 5), where gemm_heads_rows' one row a work-item, one accumulator at a
  * time, ran them at 95. */
@@ -291,10 +293,10 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
                        uint b_off, uint ldb, uint b_stride, __global float *C, uint c_off,
                        uint ldc, uint c_stride, int rows_first, __global const float *M,
                        uint m_off, uint ldm, int epi, uint b_panel, uint split_n, uint split_dh,
-                       uint split_h) {
+                       uint split_h, uint blocks) {
   const uint c_id = get_global_id(rows_first ? 1 : 0), r_id = get_global_id(rows_first ? 0 : 1);
-  const uint j0 = c_id * 2 * CPU_W, i0 = r_id * CPU_MR;
-  if (j0 >= n || i0 >= m) return;
+  const uint j0 = c_id * 2 * CPU_W, first = r_id * CPU_MR * blocks; /* the first block's row */
+  if (j0 >= n || first >= m) return;
   const ulong b = get_global_id(2);
   A += a_off + b * a_stride;
   /* the block's columns of B: at column j0 of B's rows (b_panel 2 W), or its panel */
@@ -311,8 +313,9 @@ __kernel void gemm_cpu(uint m, uint n, uint k, float alpha, float beta, __global
                     : j0);
   const size_t s_seq = (size_t)split_h * split_n * split_dh;
   /* M: C's shape (a mask) or one row (a bias, ldm 0), at column j0; C where epi is 0 */
-  cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A, 0, B, 0, 0, C, ldc, false,
-           0, A, 0, B, C, A, 0, false, M + m_off + j0, ldm, epi, split_n, s_seq, split_dh);
+  for (uint i0 = first; i0 < min(m, first + blocks * CPU_MR); i0 += CPU_MR)
+    cpu_rows(i0, j0, m, n, k, alpha, beta, A, lda, trans_a, B, ldb, A, 0, B, 0, 0, C, ldc, false,
+             0, A, 0, B, C, A, 0, false, M + m_off + j0, ldm, epi, split_n, s_seq, split_dh);
 }
 
 /* B (k x n, rows ldb apart) in panels of 2 W columns for gemm_cpu (gemm.c's panels()):

@@ -351,6 +351,10 @@ static size_t narrow_chunk(const relcl_context *ctx, bool trans_a, bool trans_b,
   return !trans_a && !trans_b && k <= RELCL_CPU_NARROW_K && m >= 2 * chunk ? chunk : 0;
 }
 
+/* gemm_cpu's blocks of rows a work-item (cpu_product) */
+#define RELCL_CPU_BLOCKS_N 256
+#define RELCL_CPU_BLOCKS_K 1024
+
 /* One product on CPU contexts (ctx->gemm_cpu), or a batch of them with B as laid out, in
  * relcl's gemm_cpu or gemm_cpu_batch (kernels/gemm.cl): B transposed goes through a
  * transposed copy first (the kernel reads B's rows), op(A) is read in place either way.
@@ -418,8 +422,23 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     const cl_uint sp[3] = {split ? (cl_uint)split->n : 0, split ? (cl_uint)split->head_dim : 0,
                            split ? (cl_uint)split->heads : 0};
     for (int i = 0; i < 3; i++) RELCL__ARG(&args, sp[i]);
+    /* How many blocks of rows a work-item runs, one under the other (gemm_cpu's `blocks`):
+     * with 8 floats or fewer a vector, four where C has at most RELCL_CPU_BLOCKS_N columns and
+     * the sum is at most RELCL_CPU_BLOCKS_K long. Zen 3 EPYC (AVX2), a harness alternating one
+     * and four in one process (operands out of cache before each call, median of 11), time
+     * with four over time with one: B^T 4000x256x256 0.90, 4000x256x256 0.89, 4000x256x512
+     * 0.91, 4000x256x768 0.95, 4000x256x1024 0.94, B^T 4000x256x1024 0.97, B^T 1000x256x256
+     * 0.88, B^T 4000x128x128 0.91, B^T 4000x64x256 0.85; two and three blocks gained less
+     * (0.95 and 0.97 over those shapes against 0.93). With three, wider products went both
+     * ways (two sweeps: B^T 4000x512x256 1.07 both times, B^T 4000x768x256 0.92 and 0.96, B^T
+     * 4000x1024x256 1.02 and 1.10) and a longer sum lost (1048x256x8000 1.08 and 1.30), so
+     * they keep one. Each element is the same sum either way. */
+    const cl_uint blocks =
+        ctx->cpu_vec <= 8 && n <= RELCL_CPU_BLOCKS_N && k <= RELCL_CPU_BLOCKS_K ? 4u : 1u;
+    RELCL__ARG(&args, blocks);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
-    size_t cols = (n + nr - 1) / nr, rows = (m + mr - 1) / mr, local[3] = {1, 1, 1};
+    size_t cols = (n + nr - 1) / nr, rows = (m + mr * blocks - 1) / (mr * blocks),
+           local[3] = {1, 1, 1};
     size_t global[3] = {rows_first ? rows : cols, rows_first ? cols : rows, batch};
     st = relcl__enqueue(ctx, kern, &args, 3, global, local, ev);
   }
