@@ -423,8 +423,9 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                            split ? (cl_uint)split->heads : 0};
     for (int i = 0; i < 3; i++) RELCL__ARG(&args, sp[i]);
     /* How many blocks of rows a work-item runs, one under the other (gemm_cpu's `blocks`):
-     * with 8 floats or fewer a vector, four where C has at most RELCL_CPU_BLOCKS_N columns and
-     * the sum is at most RELCL_CPU_BLOCKS_K long. Zen 3 EPYC (AVX2), a harness alternating one
+     * with 8 floats or fewer a vector, four where the sum is at most RELCL_CPU_BLOCKS_K long
+     * and C has at most RELCL_CPU_BLOCKS_N columns or more columns than rows (rows_first:
+     * consecutive work-items then share B's panel). Zen 3 EPYC (AVX2), a harness alternating one
      * and four in one process (operands out of cache before each call, median of 11), time
      * with four over time with one: B^T 4000x256x256 0.90, 4000x256x256 0.89, 4000x256x512
      * 0.91, 4000x256x768 0.95, 4000x256x1024 0.94, B^T 4000x256x1024 0.97, B^T 1000x256x256
@@ -432,9 +433,16 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
      * (0.95 and 0.97 over those shapes against 0.93). With three, wider products went both
      * ways (two sweeps: B^T 4000x512x256 1.07 both times, B^T 4000x768x256 0.92 and 0.96, B^T
      * 4000x1024x256 1.02 and 1.10) and a longer sum lost (1048x256x8000 1.08 and 1.30), so
-     * they keep one. Each element is the same sum either way. */
-    const cl_uint blocks =
-        ctx->cpu_vec <= 8 && n <= RELCL_CPU_BLOCKS_N && k <= RELCL_CPU_BLOCKS_K ? 4u : 1u;
+     * they keep one. With rows_first, four blocks over one in two sweeps: B^T 1048x8000x256
+     * (the output layer's logits) 0.94 and 0.93, B^T 856x8000x256 0.90 and 0.96, B^T
+     * 1048x4000x256 0.87 both times, B^T 512x2048x256 0.90 and 0.96, B^T 1048x8000x512 0.98
+     * and 0.92, B^T 64x8000x256 (decoding's) 0.91 and 1.00; two and six blocks gained less
+     * (0.96 and 0.96 over those shapes, against 0.94 and 0.93). Each element is the same sum
+     * either way. */
+    const cl_uint blocks = ctx->cpu_vec <= 8 && k <= RELCL_CPU_BLOCKS_K &&
+                                   (n <= RELCL_CPU_BLOCKS_N || rows_first)
+                               ? 4u
+                               : 1u;
     RELCL__ARG(&args, blocks);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
     size_t cols = (n + nr - 1) / nr, rows = (m + mr * blocks - 1) / (mr * blocks),
