@@ -351,9 +351,20 @@ static size_t narrow_chunk(const relcl_context *ctx, bool trans_a, bool trans_b,
   return !trans_a && !trans_b && k <= RELCL_CPU_NARROW_K && m >= 2 * chunk ? chunk : 0;
 }
 
-/* gemm_cpu's blocks of rows a work-item (cpu_product) */
-#define RELCL_CPU_BLOCKS_N 256
+/* gemm_cpu's blocks of rows a work-item (cpu_product): for sums up to this long */
 #define RELCL_CPU_BLOCKS_K 1024
+
+/* How many of L1's sets rows `ld` floats apart fall in: x86 CPUs' L1 caches (32 or 48 KB, 8
+ * or 12 ways) have 64 sets of 64-byte lines, so addresses 4 KB apart share a set. */
+static size_t l1_sets(size_t ld) {
+  const size_t s = ld * sizeof(float) % 4096;
+  size_t g = 4096, r = s; /* gcd(4096, s) */
+  while (r) {
+    const size_t t = g % r;
+    g = r, r = t;
+  }
+  return s == 0 ? 1 : 4096 / (g > 64 ? g : 64);
+}
 
 /* One product on CPU contexts (ctx->gemm_cpu), or a batch of them with B as laid out, in
  * relcl's gemm_cpu or gemm_cpu_batch (kernels/gemm.cl): B transposed goes through a
@@ -422,27 +433,32 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
     const cl_uint sp[3] = {split ? (cl_uint)split->n : 0, split ? (cl_uint)split->head_dim : 0,
                            split ? (cl_uint)split->heads : 0};
     for (int i = 0; i < 3; i++) RELCL__ARG(&args, sp[i]);
-    /* How many blocks of rows a work-item runs, one under the other (gemm_cpu's `blocks`):
-     * with 8 floats or fewer a vector, four where the sum is at most RELCL_CPU_BLOCKS_K long
-     * and C has at most RELCL_CPU_BLOCKS_N columns or more columns than rows (rows_first:
-     * consecutive work-items then share B's panel). Zen 3 EPYC (AVX2), a harness alternating one
-     * and four in one process (operands out of cache before each call, median of 11), time
-     * with four over time with one: B^T 4000x256x256 0.90, 4000x256x256 0.89, 4000x256x512
-     * 0.91, 4000x256x768 0.95, 4000x256x1024 0.94, B^T 4000x256x1024 0.97, B^T 1000x256x256
-     * 0.88, B^T 4000x128x128 0.91, B^T 4000x64x256 0.85; two and three blocks gained less
-     * (0.95 and 0.97 over those shapes against 0.93). With three, wider products went both
-     * ways (two sweeps: B^T 4000x512x256 1.07 both times, B^T 4000x768x256 0.92 and 0.96, B^T
-     * 4000x1024x256 1.02 and 1.10) and a longer sum lost (1048x256x8000 1.08 and 1.30), so
-     * they keep one. With rows_first, four blocks over one in two sweeps: B^T 1048x8000x256
-     * (the output layer's logits) 0.94 and 0.93, B^T 856x8000x256 0.90 and 0.96, B^T
-     * 1048x4000x256 0.87 both times, B^T 512x2048x256 0.90 and 0.96, B^T 1048x8000x512 0.98
-     * and 0.92, B^T 64x8000x256 (decoding's) 0.91 and 1.00; two and six blocks gained less
-     * (0.96 and 0.96 over those shapes, against 0.94 and 0.93). Each element is the same sum
-     * either way. */
-    const cl_uint blocks = ctx->cpu_vec <= 8 && k <= RELCL_CPU_BLOCKS_K &&
-                                   (n <= RELCL_CPU_BLOCKS_N || rows_first)
-                               ? 4u
-                               : 1u;
+    /* How many blocks of rows a work-item runs, one under the other, with the same panel of
+     * B (gemm_cpu's `blocks`): with 8 floats or fewer a vector, four where the sum is at
+     * most RELCL_CPU_BLOCKS_K long and either consecutive work-items share B's panel
+     * (rows_first) or C's rows fall in 4 or more of L1's sets (l1_sets): a work-item's 24
+     * rows of C in one or two sets evict the lines of A and B its next blocks read. Zen 3 EPYC
+     * (AVX2), harnesses alternating one and four blocks in one process (operands out of
+     * cache before each call, median of 9 to 11), time with four over time with one:
+     *  - C's rows in 4 sets or more: B^T 4000x256x256 0.90, 4000x256x256 0.89, 4000x256x512
+     *    0.91, 4000x256x768 0.95, 4000x256x1024 0.94, B^T 4000x64x256 0.85, B^T
+     *    4000x768x256 0.92-0.96; B^T 4000x1024x256 with C's rows 1040 floats apart 0.90, B^T
+     *    4000x512x256 with them 528 apart 0.92; the heads layout's B^T +bias split
+     *    4000x768x256, 4000x512x256 and 4000x256x256 (rows 64 floats apart) 0.90-1.00;
+     *  - in one or two: B^T 4000x1024x256 1.02-1.10, B^T 4000x512x256 1.01-1.07, B^T
+     *    4000x768x256 with C's rows 1024 floats apart 1.05, B^T 4000x256x256 with them 512
+     *    apart 1.03 (but B^T 4000x1536x256, two sets, 0.94 twice);
+     *  - rows_first: B^T 1048x8000x256 (the output layer's logits) 0.93-0.94, B^T
+     *    1048x4000x256 0.87, B^T 512x2048x256 0.90-0.96, decoding's B^T 64x8000x256
+     *    0.91-1.00;
+     *  - a sum past 1024: 1048x256x8000 1.08-1.30.
+     * Two, three and six blocks gained less than four. Each element is the same sum either
+     * way. */
+    const size_t c_ld = split ? split->head_dim : ldc; /* C's rows this far apart */
+    const cl_uint blocks =
+        ctx->cpu_vec <= 8 && k <= RELCL_CPU_BLOCKS_K && (rows_first || l1_sets(c_ld) >= 4)
+            ? 4u
+            : 1u;
     RELCL__ARG(&args, blocks);
     /* a work-item a work-group: PoCL runs each as one call, with nothing to loop over */
     size_t cols = (n + nr - 1) / nr, rows = (m + mr * blocks - 1) / (mr * blocks),
