@@ -41,6 +41,7 @@ typedef enum {
   OP_RELU_LINEAR, /* a linear layer's backward after a ReLU (the feed-forward's second) */
   OP_LINEAR_HEADS, /* a linear layer's output, or input gradient, in the heads layout */
   OP_FILL,         /* relcl_fill */
+  OP_FFN_LD,       /* the feed-forward with its hidden's rows padded (relcl__act_ld) */
 } op_kind;
 
 /* a, b, c: the op's sizes (see each check_*); f: eps, p, or lr; flag: the op's variant. */
@@ -258,6 +259,12 @@ static const layer_case cases[] = {
     {OP_RELU_LINEAR, "relu linear 130x33x100", 130, 33, 100, 0, 0},
     {OP_RELU_LINEAR, "relu linear 37x1030x80", 37, 1030, 80, 0, 0},
     {OP_RELU_LINEAR, "relu linear 96x64x40", 96, 64, 40, 0, 0},
+    /* the feed-forward's four ops with the hidden's rows padded: a rows, b d, c hidden, flag
+     * the padding (floats a row); the issue-8 model's 1024 padded to 1040 as relcl__act_ld
+     * pads it on AVX2 CPUs, over several work-items of gemm_cpu's four blocks of rows */
+    {OP_FFN_LD, "ffn 100x24x40 ld 56", 100, 24, 40, 0, 16},
+    {OP_FFN_LD, "ffn 7x16x33 ld 37", 7, 16, 33, 0, 4},
+    {OP_FFN_LD, "ffn 130x256x1024 ld 1040", 130, 256, 1024, 0, 16},
 };
 
 /* ---- helpers ---- */
@@ -885,7 +892,7 @@ static void check_relu_linear(relcl_context *ctx, const layer_case *c) {
     TU_OK(relcl_fill(ctx, B0(DW), 0.5f, nw));
     TU_OK(relcl_fill(ctx, B0(DB), 0.5f, (size_t)out));
     TU_OK(relcl__relu_linear_backward(ctx, rows, in, out, B0(X), B0(Wm), B0(DY), B0(DX),
-                                      B0(DW), B0(DB)));
+                                      (size_t)in, B0(DW), B0(DB)));
     got[run][0] = tu_download(ctx, DX, nx);
     got[run][1] = tu_download(ctx, DW, nw);
     got[run][2] = tu_download(ctx, DB, (size_t)out);
@@ -908,6 +915,77 @@ static void check_relu_linear(relcl_context *ctx, const layer_case *c) {
   for (int run = 0; run < 2; run++)
     for (int i = 0; i < 3; i++) free(got[run][i]);
   free(x), free(w), free(dy), free(nan), free(dx), free(dw), free(db);
+}
+
+/* The feed-forward as the model's graph runs it with the hidden's rows ld = c + flag floats
+ * apart: h = relu(x W1^T + b1) (relcl__linear_relu_forward), y = h W2^T
+ * (relcl__linear_forward_ld), dh = (dy W2) where h > 0 with dW2, db2
+ * (relcl__relu_linear_backward), dx = dh W1 with dW1, db1 (relcl__linear_backward_ld),
+ * against test/ref on h's rows as one after the other; h's padding holds NaN and must keep
+ * it (nothing is written past a row's c floats). */
+static void check_ffn_ld(relcl_context *ctx, const layer_case *c) {
+  const int rows = c->a, D = c->b, F = c->c;
+  const size_t ld = (size_t)F + (size_t)c->flag, R = (size_t)rows;
+  const size_t nx = R * D, nw = (size_t)F * D, nh = R * F, np = R * ld;
+  float *x = tu_alloc_host(nx), *w1 = tu_alloc_host(nw), *b1 = tu_alloc_host((size_t)F),
+        *w2 = tu_alloc_host(nw), *dy = tu_alloc_host(nx), *nan = tu_alloc_host(np),
+        *hf = tu_alloc_host(nh), *dhf = tu_alloc_host(nh);
+  tu_fill(x, nx, 71), tu_fill(w1, nw, 72), tu_fill(b1, (size_t)F, 73), tu_fill(w2, nw, 74);
+  tu_fill(dy, nx, 75);
+  for (size_t i = 0; i < np; i++) nan[i] = NAN;
+  double *h = calloc(nh, 8), *y = calloc(nx, 8), *dh = calloc(nh, 8), *dw2 = calloc(nw, 8),
+         *db2 = calloc((size_t)D, 8), *dx = calloc(nx, 8), *dw1 = calloc(nw, 8),
+         *db1 = calloc((size_t)F, 8);
+  ref_linear_forward(rows, D, F, x, w1, b1, h);
+  for (size_t i = 0; i < nh; i++) h[i] = h[i] > 0.0 ? h[i] : 0.0, hf[i] = (float)h[i];
+  ref_linear_forward(rows, F, D, hf, w2, NULL, y);
+  ref_linear_backward(rows, F, D, hf, w2, dy, dh, dw2, db2);
+  for (size_t i = 0; i < nh; i++) dh[i] = hf[i] > 0.0f ? dh[i] : 0.0, dhf[i] = (float)dh[i];
+  ref_linear_backward(rows, D, F, x, w1, dhf, dx, dw1, db1);
+  cl_mem X = tu_upload(ctx, x, nx), W1 = tu_upload(ctx, w1, nw),
+         B1 = tu_upload(ctx, b1, (size_t)F), W2 = tu_upload(ctx, w2, nw),
+         DY = tu_upload(ctx, dy, nx), H = tu_upload(ctx, nan, np), DH = tu_upload(ctx, nan, np),
+         Y = dev_zeros(ctx, nx), DX = dev_zeros(ctx, nx), DW1 = dev_zeros(ctx, nw),
+         DB1 = dev_zeros(ctx, (size_t)F), DW2 = dev_zeros(ctx, nw), DB2 = dev_zeros(ctx, (size_t)D);
+  TU_OK(relcl__linear_relu_forward(ctx, rows, D, F, B0(X), B0(W1), B0(B1), B0(H), ld));
+  TU_OK(relcl__linear_forward_ld(ctx, rows, F, D, B0(H), ld, B0(W2), RELCL_BUF_NONE, B0(Y)));
+  TU_OK(relcl__relu_linear_backward(ctx, rows, F, D, B0(H), B0(W2), B0(DY), B0(DH), ld, B0(DW2),
+                                    B0(DB2)));
+  TU_OK(relcl__linear_backward_ld(ctx, rows, D, F, B0(X), B0(W1), B0(DH), ld, B0(DX), 0,
+                                  B0(DW1), B0(DB1)));
+  float *gh = tu_download(ctx, H, np), *gdh = tu_download(ctx, DH, np);
+  size_t pad_kept = 0;
+  for (size_t r = 0; r < R; r++) {
+    for (size_t j = (size_t)F; j < ld; j++) pad_kept += isnan(gh[r * ld + j]) != 0;
+    memmove(gh + r * F, gh + r * ld, (size_t)F * 4); /* rows one after the other */
+    memmove(gdh + r * F, gdh + r * ld, (size_t)F * 4);
+  }
+  tu_check(pad_kept == R * (ld - (size_t)F), "%-28s h's padding untouched (%zu of %zu)",
+           c->name, pad_kept, R * (ld - (size_t)F));
+  const struct {
+    const char *what;
+    cl_mem m;
+    float *got;
+    const double *want;
+    size_t n;
+  } outs[] = {{"h", NULL, gh, h, nh},
+              {"y", Y, NULL, y, nx},
+              {"dh", NULL, gdh, dh, nh},
+              {"dW2", DW2, NULL, dw2, nw},
+              {"db2", DB2, NULL, db2, (size_t)D},
+              {"dx", DX, NULL, dx, nx},
+              {"dW1", DW1, NULL, dw1, nw},
+              {"db1", DB1, NULL, db1, (size_t)F}};
+  for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
+    float *got = outs[i].got ? outs[i].got : tu_download(ctx, outs[i].m, outs[i].n);
+    const double e = tu_rel_err(got, outs[i].want, outs[i].n, 1e-2);
+    tu_check(e < 1e-5, "%-28s %-6s rel err %.2e", c->name, outs[i].what, e);
+    if (!outs[i].got) free(got);
+  }
+  cl_mem all[] = {X, W1, B1, W2, DY, H, DH, Y, DX, DW1, DB1, DW2, DB2};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  free(gh), free(gdh), free(x), free(w1), free(b1), free(w2), free(dy), free(nan), free(hf);
+  free(dhf), free(h), free(y), free(dh), free(dw2), free(db2), free(dx), free(dw1), free(db1);
 }
 
 /* ---- fused ops of the model's graph ---- */
@@ -936,7 +1014,8 @@ static void check_fused(relcl_context *ctx, const layer_case *c) {
            LW = tu_upload(ctx, lw, nw), H = dev_zeros(ctx, n);
     TU_OK(relcl__bias_dropout_residual(ctx, rows, cols, p, seed, stream, B0(X), B0(Bm), B0(R),
                                        B0(Y), RELCL_BUF_NONE));
-    TU_OK(relcl__linear_relu_forward(ctx, rows, in, cols, B0(LX), B0(LW), B0(Bm), B0(H)));
+    TU_OK(relcl__linear_relu_forward(ctx, rows, in, cols, B0(LX), B0(LW), B0(Bm), B0(H),
+                                     (size_t)cols));
     got[run] = tu_download(ctx, Y, n);
     hid[run] = tu_download(ctx, H, n);
     cl_mem all[] = {X, Bm, R, Y, LX, LW, H};
@@ -1232,6 +1311,7 @@ int main(int argc, char **argv) {
       case OP_TRANSPOSE: check_transpose(ctx, c); break;
       case OP_BATCHED: check_batched(ctx, c); break;
       case OP_RELU_LINEAR: check_relu_linear(ctx, c); break;
+      case OP_FFN_LD: check_ffn_ld(ctx, c); break;
     }
   }
   if (!only) check_errors(ctx);

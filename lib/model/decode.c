@@ -350,7 +350,7 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
   relcl_buf a = Wk(d, d->a);
   if (kind == SUB_FFN) {
     TRY(relcl__linear_relu_forward(ctx, N, D, d->F, u, P(d, dp->ffn.w1), P(d, dp->ffn.b1),
-                                   Wk(d, d->h)));
+                                   Wk(d, d->h), (size_t)d->F));
     *b = P(d, dp->ffn.b2);
     return relcl__linear_forward(ctx, N, d->F, D, Wk(d, d->h), P(d, dp->ffn.w2),
                                 RELCL_BUF_NONE, a);

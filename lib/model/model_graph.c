@@ -104,7 +104,11 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
     if (L->enc == NULL || L->dec == NULL)
       return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  const size_t D = (size_t)c->d_model, F = (size_t)c->d_ff, H = (size_t)c->heads;
+  const size_t D = (size_t)c->d_model, H = (size_t)c->heads;
+  /* the feed-forward's hidden rows, padded where rows d_ff floats apart would share L1's sets
+   * (relcl__act_ld: the issue-8 model's 1024 on AVX2 CPUs, 1040) */
+  const size_t Fld = relcl__act_ld(m->ctx, (size_t)c->d_ff);
+  L->f_ld = Fld;
   const size_t V = (size_t)c->vocab;
   const size_t Ns = (size_t)B * S, Nt = (size_t)B * T, R = Ns > Nt ? Ns : Nt;
   const bool pre = c->pre_norm != 0;
@@ -123,7 +127,7 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
     sa->probs = take(&act, (size_t)B * H * S * S);
     sa->zm = take(&act, Ns * D);
     block_common(&act, Ns, D, pre, sa->out, ff);
-    ff->h = take(&act, Ns * F);
+    ff->h = take(&act, Ns * Fld);
     x = ff->out;
   }
   L->enc_mean = L->enc_rstd = RELCL__NONE;
@@ -149,7 +153,7 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
     ca->probs = take(&act, (size_t)B * H * T * S);
     ca->zm = take(&act, Nt * D);
     block_common(&act, Nt, D, pre, ca->out, ff);
-    ff->h = take(&act, Nt * F);
+    ff->h = take(&act, Nt * Fld);
     x = ff->out;
   }
   L->dec_mean = L->dec_rstd = RELCL__NONE;
@@ -165,7 +169,7 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
   L->zh = take(&work, R * D);
   L->a = take(&work, R * D);
   L->dzm = take(&work, R * D);
-  L->dh = take(&work, R * F);
+  L->dh = take(&work, R * Fld);
   L->g0 = take(&work, R * D);
   L->g1 = take(&work, R * D);
   L->d_enc = take(&work, Ns * D);
@@ -336,10 +340,10 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
   if (bd->kind == SUB_FFN) {
     const relcl__ffn_p *f = bd->ffn;
     TRY(relcl__linear_relu_forward(p->ctx, N, D, p->F, u, P(p, f->w1), P(p, f->b1),
-                                   A(p, ba->h)));
+                                   A(p, ba->h), L->f_ld));
     *b = P(p, f->b2);
-    return relcl__linear_forward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), RELCL_BUF_NONE,
-                                 out);
+    return relcl__linear_forward_ld(p->ctx, N, p->F, D, A(p, ba->h), L->f_ld, P(p, f->w2),
+                                    RELCL_BUF_NONE, out);
   }
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
@@ -380,9 +384,9 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
     const relcl__ffn_p *f = bd->ffn;
     relcl_buf dh_ = W(p, L->dh);
     TRY(relcl__relu_linear_backward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), da, dh_,
-                                   G(p, f->w2), G(p, f->b2)));
-    return relcl__linear_backward(p->ctx, N, D, p->F, u, P(p, f->w1), dh_, dx, acc, G(p, f->w1),
-                                 G(p, f->b1));
+                                   L->f_ld, G(p, f->w2), G(p, f->b2)));
+    return relcl__linear_backward_ld(p->ctx, N, D, p->F, u, P(p, f->w1), dh_, L->f_ld, dx, acc,
+                                     G(p, f->w1), G(p, f->b1));
   }
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);

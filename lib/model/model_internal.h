@@ -74,6 +74,7 @@ typedef struct relcl__layout {
   relcl__block_a *dec; /* 3 per decoder layer */
   /* work */
   size_t qkv, zh, a, dzm, dh, g0, g1, d_enc, d_emb, logits, losses;
+  size_t f_ld; /* the feed-forward hidden's (h, dh) rows this far apart (relcl__act_ld) */
   size_t logit_rows; /* rows of logits per chunk */
   /* ids */
   size_t src, tgt_in, tgt_out, src_lens, tgt_lens, csr_tok, csr_ofs, csr_pos, argmax;

@@ -467,21 +467,21 @@ static relcl_status split_from(relcl_context *ctx, const relcl__split *sp, size_
  * sp (not NULL), y in the heads layout sp: in the product's store where gemm_cpu can store it
  * so, else through scratch and relcl__heads_split. */
 static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
-                               relcl_buf W, relcl_buf b, relcl_buf y, int flags,
-                               const relcl__split *sp) {
+                               size_t ldx, relcl_buf W, relcl_buf b, relcl_buf y, size_t ldy,
+                               int flags, const relcl__split *sp) {
   const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
   relcl_status st = RELCL_OK;
   if (sp && !relcl__gemm_splits(ctx, true, R, O, I, sp)) {
     cl_mem T = NULL;
     st = relcl__pool_get(ctx, R * O * sizeof(float), &T);
-    if (st == RELCL_OK) st = linear_fwd(ctx, rows, in, out, x, W, b, relcl_buf_at(T, 0), flags,
-                                        NULL);
+    if (st == RELCL_OK)
+      st = linear_fwd(ctx, rows, in, out, x, ldx, W, b, relcl_buf_at(T, 0), O, flags, NULL);
     if (st == RELCL_OK) st = split_from(ctx, sp, R, O, T, y);
     relcl__pool_put(ctx, T); /* the queue is in order: the split has read it */
     return st;
   }
   bool applied = false, split = false;
-  st = relcl__gemm_store(ctx, true, R, O, I, x, I, W, I, y, O, b, flags & RELCL_RELU, sp,
+  st = relcl__gemm_store(ctx, true, R, O, I, x, ldx, W, I, y, ldy, b, flags & RELCL_RELU, sp,
                          &applied, &split);
   if (st == RELCL_OK && sp && (!split || (b.mem && !applied)))
     return relcl__fail(RELCL_ERR_INVALID_ARG, "linear forward: the product did not split its output");
@@ -489,8 +489,9 @@ static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, re
   relcl__kernel_entry *k;
   if ((st = relcl__kernel(ctx, "layers", "bias_add", &k)) != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  const cl_int ld = (cl_int)ldy;
   relcl__buf_arg(&a, y, NULL);
-  RELCL__ARG(&a, out);
+  RELCL__ARG(&a, ld);
   relcl__buf_arg(&a, b, NULL);
   RELCL__ARG(&a, rows);
   RELCL__ARG(&a, out);
@@ -501,19 +502,26 @@ static relcl_status linear_fwd(relcl_context *ctx, int rows, int in, int out, re
 
 relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                    relcl_buf W, relcl_buf b, relcl_buf y) {
-  return linear_fwd(ctx, rows, in, out, x, W, b, y, 0, NULL);
+  return linear_fwd(ctx, rows, in, out, x, (size_t)in, W, b, y, (size_t)out, 0, NULL);
+}
+
+relcl_status relcl__linear_forward_ld(relcl_context *ctx, int rows, int in, int out,
+                                      relcl_buf x, size_t ldx, relcl_buf W, relcl_buf b,
+                                      relcl_buf y) {
+  return linear_fwd(ctx, rows, in, out, x, ldx, W, b, y, (size_t)out, 0, NULL);
 }
 
 relcl_status relcl__linear_forward_heads(relcl_context *ctx, int rows, int in, int out,
                                          relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y,
                                          int n, int heads, int head_dim) {
   const relcl__split sp = {(size_t)n, (size_t)heads, (size_t)head_dim};
-  return linear_fwd(ctx, rows, in, out, x, W, b, y, 0, &sp);
+  return linear_fwd(ctx, rows, in, out, x, (size_t)in, W, b, y, (size_t)out, 0, &sp);
 }
 
 relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, int out,
-                                        relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y) {
-  return linear_fwd(ctx, rows, in, out, x, W, b, y, RELCL_RELU, NULL);
+                                        relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y,
+                                        size_t ldy) {
+  return linear_fwd(ctx, rows, in, out, x, (size_t)in, W, b, y, ldy, RELCL_RELU, NULL);
 }
 
 /* relcl_linear_forward's checks of sizes and buffers (and relcl_linear_forward_heads') */
@@ -563,36 +571,37 @@ relcl_status relcl_linear_forward_heads(relcl_context *ctx, int batch, int n, in
 /* relcl__linear_backward, with sp (not NULL) dx overwritten in the heads layout sp: in the
  * product's store where gemm_cpu can store it so, else through scratch and heads_split */
 static relcl_status linear_bwd(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
-                               relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
-                               relcl_buf dW, relcl_buf db, const relcl__split *sp) {
+                               size_t ldx, relcl_buf W, relcl_buf dy, size_t ldy, relcl_buf dx,
+                               int accumulate, relcl_buf dW, relcl_buf db,
+                               const relcl__split *sp) {
   const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
   relcl_status st = RELCL_OK;
   if (dx.mem && sp && relcl__gemm_splits(ctx, false, R, I, O, sp)) {
     bool applied, split = false;
-    st = relcl__gemm_store(ctx, false, R, I, O, dy, O, W, I, dx, I, RELCL_BUF_NONE, false, sp,
-                           &applied, &split);
+    st = relcl__gemm_store(ctx, false, R, I, O, dy, ldy, W, I, dx, I, RELCL_BUF_NONE, false,
+                           sp, &applied, &split);
     if (st == RELCL_OK && !split)
       return relcl__fail(RELCL_ERR_INVALID_ARG, "linear backward: the product did not split dx");
   } else if (dx.mem && sp) {
     cl_mem T = NULL;
     st = relcl__pool_get(ctx, R * I * sizeof(float), &T);
     if (st == RELCL_OK)
-      st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0, 0.0f,
+      st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, ldy, 0, W, I, 0, 0.0f,
                        relcl_buf_at(T, 0), I, 0, 1);
     if (st == RELCL_OK) st = split_from(ctx, sp, R, I, T, dx);
     relcl__pool_put(ctx, T);
   } else if (dx.mem) {
-    st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, O, 0, W, I, 0,
+    st = relcl__gemm(ctx, false, false, R, I, O, 1.0f, dy, ldy, 0, W, I, 0,
                      accumulate ? 1.0f : 0.0f, dx, I, 0, 1);
   }
   /* the bias gradient from the weight gradient's copy of dy where it makes one (CPUs),
    * else in a pass of its own */
   relcl__colsums sums = {NULL, 0};
   if (st == RELCL_OK && dW.mem)
-    st = relcl__gemm_wgrad(ctx, O, I, R, dy, O, x, I, dW, I, db.mem ? &sums : NULL);
+    st = relcl__gemm_wgrad(ctx, O, I, R, dy, ldy, x, ldx, dW, I, db.mem ? &sums : NULL);
   if (st == RELCL_OK && db.mem)
     st = sums.part ? relcl__colsum_finish(ctx, sums.part, 0, (int)sums.chunks, out, db, 1)
-                   : relcl__colsum(ctx, rows, out, dy, out, db, 1);
+                   : relcl__colsum(ctx, rows, out, dy, (int)ldy, db, 1);
   relcl__pool_put(ctx, sums.part); /* the queue is in order: colsum_finish has read it */
   return st;
 }
@@ -600,7 +609,16 @@ static relcl_status linear_bwd(relcl_context *ctx, int rows, int in, int out, re
 relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                     relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                     relcl_buf dW, relcl_buf db) {
-  return linear_bwd(ctx, rows, in, out, x, W, dy, dx, accumulate, dW, db, NULL);
+  return linear_bwd(ctx, rows, in, out, x, (size_t)in, W, dy, (size_t)out, dx, accumulate, dW,
+                    db, NULL);
+}
+
+relcl_status relcl__linear_backward_ld(relcl_context *ctx, int rows, int in, int out,
+                                       relcl_buf x, relcl_buf W, relcl_buf dy, size_t ldy,
+                                       relcl_buf dx, int accumulate, relcl_buf dW,
+                                       relcl_buf db) {
+  return linear_bwd(ctx, rows, in, out, x, (size_t)in, W, dy, ldy, dx, accumulate, dW, db,
+                    NULL);
 }
 
 relcl_status relcl__linear_backward_heads(relcl_context *ctx, int rows, int in, int out,
@@ -608,20 +626,21 @@ relcl_status relcl__linear_backward_heads(relcl_context *ctx, int rows, int in, 
                                           int n, int heads, int head_dim, relcl_buf dW,
                                           relcl_buf db) {
   const relcl__split sp = {(size_t)n, (size_t)heads, (size_t)head_dim};
-  return linear_bwd(ctx, rows, in, out, x, W, dy, dx, 0, dW, db, &sp);
+  return linear_bwd(ctx, rows, in, out, x, (size_t)in, W, dy, (size_t)out, dx, 0, dW, db, &sp);
 }
 
 relcl_status relcl__relu_linear_backward(relcl_context *ctx, int rows, int in, int out,
                                          relcl_buf x, relcl_buf W, relcl_buf dy, relcl_buf dx,
-                                         relcl_buf dW, relcl_buf db) {
+                                         size_t ld, relcl_buf dW, relcl_buf db) {
   const size_t R = (size_t)rows, I = (size_t)in, O = (size_t)out;
   bool masked = false;
   relcl_status st =
-      relcl__gemm_relu_masked(ctx, R, I, O, 1.0f, dy, O, W, I, 0.0f, dx, I, x, I, &masked);
-  if (st == RELCL_OK && !masked) st = relcl__relu_backward(ctx, R * I, x, dx, dx);
-  return st == RELCL_OK
-             ? relcl__linear_backward(ctx, rows, in, out, x, W, dy, RELCL_BUF_NONE, 0, dW, db)
-             : st;
+      relcl__gemm_relu_masked(ctx, R, I, O, 1.0f, dy, O, W, I, 0.0f, dx, ld, x, ld, &masked);
+  /* element by element over the rows' padding too (ld - in floats a row, never read) */
+  if (st == RELCL_OK && !masked) st = relcl__relu_backward(ctx, (R - 1) * ld + I, x, dx, dx);
+  return st == RELCL_OK ? linear_bwd(ctx, rows, in, out, x, ld, W, dy, O, RELCL_BUF_NONE, 0, dW,
+                                     db, NULL)
+                        : st;
 }
 
 relcl_status relcl_linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,

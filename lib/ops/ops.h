@@ -44,13 +44,24 @@ relcl_status relcl__embedding_backward(relcl_context *ctx, int n_tokens, int d, 
                                        relcl_buf dtable);
 relcl_status relcl__linear_forward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                    relcl_buf W, relcl_buf b, relcl_buf y);
+/* The same with x's rows ldx floats apart (the feed-forward's hidden: relcl__act_ld) */
+relcl_status relcl__linear_forward_ld(relcl_context *ctx, int rows, int in, int out,
+                                      relcl_buf x, size_t ldx, relcl_buf W, relcl_buf b,
+                                      relcl_buf y);
 /* y = relu(x W^T + b): the feed-forward's first layer, bias and ReLU in one pass after the
- * GEMM (the same float operations as linear forward then relu forward). */
+ * GEMM (the same float operations as linear forward then relu forward); y's rows ldy floats
+ * apart (out, or the padded width relcl__act_ld gives). */
 relcl_status relcl__linear_relu_forward(relcl_context *ctx, int rows, int in, int out,
-                                        relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y);
+                                        relcl_buf x, relcl_buf W, relcl_buf b, relcl_buf y,
+                                        size_t ldy);
 relcl_status relcl__linear_backward(relcl_context *ctx, int rows, int in, int out, relcl_buf x,
                                     relcl_buf W, relcl_buf dy, relcl_buf dx, int accumulate,
                                     relcl_buf dW, relcl_buf db);
+/* The same with dy's rows ldy floats apart */
+relcl_status relcl__linear_backward_ld(relcl_context *ctx, int rows, int in, int out,
+                                       relcl_buf x, relcl_buf W, relcl_buf dy, size_t ldy,
+                                       relcl_buf dx, int accumulate, relcl_buf dW,
+                                       relcl_buf db);
 /* The same with y, or dx (overwritten), in the heads layout of relcl__heads_split: out (or
  * in) columns in parts of heads x head_dim, rows in sequences of n; each (sequence, head) an
  * n x head_dim matrix, part after part. Where relcl's gemm_cpu runs the product and each of
@@ -65,11 +76,11 @@ relcl_status relcl__linear_backward_heads(relcl_context *ctx, int rows, int in, 
                                           relcl_buf db);
 /* relcl__linear_backward (dx overwritten) of a linear layer whose input x is a ReLU's output,
  * with ReLU's backward in dx: dx = dy W where x > 0, else 0 (the feed-forward's second
- * layer). The mask goes into the product's store where relcl's gemm_cpu runs it, else
+ * layer); x's and dx's rows ld floats apart (in, or relcl__act_ld's). The mask goes into the product's store where relcl's gemm_cpu runs it, else
  * relu_bwd runs after it; the same bits either way. */
 relcl_status relcl__relu_linear_backward(relcl_context *ctx, int rows, int in, int out,
                                          relcl_buf x, relcl_buf W, relcl_buf dy, relcl_buf dx,
-                                         relcl_buf dW, relcl_buf db);
+                                         size_t ld, relcl_buf dW, relcl_buf db);
 relcl_status relcl__vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_buf x, float beta,
                               relcl_buf y);
 relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,

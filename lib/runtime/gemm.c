@@ -366,6 +366,10 @@ static size_t l1_sets(size_t ld) {
   return s == 0 ? 1 : 4096 / (g > 64 ? g : 64);
 }
 
+size_t relcl__act_ld(const relcl_context *ctx, size_t cols) {
+  return ctx->gemm_cpu && ctx->cpu_vec <= 8 && l1_sets(cols) < 4 ? cols + 16 : cols;
+}
+
 /* One product on CPU contexts (ctx->gemm_cpu), or a batch of them with B as laid out, in
  * relcl's gemm_cpu or gemm_cpu_batch (kernels/gemm.cl): B transposed goes through a
  * transposed copy first (the kernel reads B's rows), op(A) is read in place either way.
