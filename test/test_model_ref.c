@@ -82,8 +82,11 @@ static int compare_grads(const ref_model *rm, const float *gdev, const double *g
   return failed;
 }
 
+/* ref_fd 0 skips the reference's own check by central differences (one forward pass a
+ * parameter: the d_ff 512 variant's 16k parameters made it the suite's longest), which the
+ * other configurations make of the same reference code. */
 static void check_config(relcl_context *ctx, const char *name, relcl_model_config cfg,
-                         int control) {
+                         int control, int ref_fd) {
   relcl_model *m;
   TU_OK(relcl_model_create(ctx, &cfg, 7, &m));
   ref_model rm;
@@ -165,18 +168,22 @@ static void check_config(relcl_context *ctx, const char *name, relcl_model_confi
   }
   /* the reference's own backward, and central differences of its forward as its check */
   const double Lg = ref_model_grad(&rm, P, &b, &drop, gref);
-  double *gfd = calloc(rm.param_count, sizeof *gfd);
-  ref_model_grad_fd(&rm, P, &b, &drop, gfd);
-  double fd_max = 0.0, fd_err = 0.0;
-  for (size_t i = 0; i < rm.param_count; i++) {
-    fd_max = fmax(fd_max, fabs(gref[i]));
-    fd_err = tu_worse(fd_err, fabs(gfd[i] - gref[i]));
+  if (ref_fd) {
+    double *gfd = calloc(rm.param_count, sizeof *gfd);
+    ref_model_grad_fd(&rm, P, &b, &drop, gfd);
+    double fd_max = 0.0, fd_err = 0.0;
+    for (size_t i = 0; i < rm.param_count; i++) {
+      fd_max = fmax(fd_max, fabs(gref[i]));
+      fd_err = tu_worse(fd_err, fabs(gfd[i] - gref[i]));
+    }
+    tu_check(Lg == Lt && fd_err <= REF_FD_TOL * fd_max,
+             "%-26s reference backward == its central differences: max err %.1e of %.2e", name,
+             fd_err, fd_max);
+    seen.ref_fd = fmax(seen.ref_fd, fd_err / fd_max);
+    free(gfd);
+  } else {
+    tu_check(Lg == Lt, "%-26s reference backward's loss == its forward's", name);
   }
-  tu_check(Lg == Lt && fd_err <= REF_FD_TOL * fd_max,
-           "%-26s reference backward == its central differences: max err %.1e of %.2e", name,
-           fd_err, fd_max);
-  seen.ref_fd = fmax(seen.ref_fd, fd_err / fd_max);
-  free(gfd);
   const char *bad = NULL;
   compare_grads(&rm, gdev, gref, name, 0, &bad);
 
@@ -289,7 +296,7 @@ int main(int argc, char **argv) {
       c.enc_layers = c.dec_layers = variants[v].layers;
       c.dropout = dropout ? 0.1f : 0.0f;
       if (variants[v].d_ff) c.d_ff = variants[v].d_ff;
-      check_config(ctx, name, c, first);
+      check_config(ctx, name, c, first, variants[v].d_ff == 0);
       first = 0;
     }
   printf("     worst relative errors: loss %.1e (tol %.0e), logits %.1e (tol %.0e), gradients "
