@@ -150,7 +150,7 @@ static void check_profile(relcl_context *ctx) {
       rows += e.part == RELCL_PART_ATTENTION_ROWS && strcmp(e.name, "attn_fwd_rows") == 0;
       windows += strcmp(e.name, "table_window_t") == 0 ? (int)e.calls : 0;
       fused += e.m > 0 && strchr(e.name, '+') != NULL ? (int)e.calls : 0;
-      /* one product of all its multiply-adds (attention.c fused_shape) */
+      /* one product of all its multiply-adds (attention.c fused_columns) */
       whole += e.part == RELCL_PART_ATTENTION_ROWS && strncmp(e.name, "attn_fwd_cpu ", 13) == 0 &&
                e.m == (size_t)B * H * n && e.k == D &&
                e.n == (size_t)2 * n + (relative ? 2 * (2 * k + 1) : 0);

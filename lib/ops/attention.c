@@ -374,7 +374,6 @@ static relcl_status table_grad(relcl_context *ctx, const plan *p, bool per_head,
   return RELCL_OK;
 }
 
-/* Arguments common to the three row kernels, after their buffers. */
 /* The shape every attention kernel takes: H, nq, nk, k, rlo, R, q_pos0 (the row kernels
  * after their rows, kernels/gemm.cl's attn_fwd_cpu and attn_bwd_cpu before head_dim) */
 static void head_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc) {
@@ -388,6 +387,7 @@ static void head_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc
   RELCL__ARG(a, q0);
 }
 
+/* Arguments common to the three row kernels, after their buffers */
 static void row_args(relcl__args *a, const plan *p, const relcl_attn_desc *desc, int flags) {
   const int rows = (int)p->rows;
   RELCL__ARG(a, rows);
@@ -403,8 +403,6 @@ static void drop_args(relcl__args *a, const plan *p) {
   RELCL__ARG(a, p->stream_lo);
   RELCL__ARG(a, p->stream_hi);
 }
-
-
 
 /* A work-group or a work-item per query row (kernels/common.cl), as the context says. */
 static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
@@ -426,12 +424,15 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
   return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs);
 }
 
-/* fused_shape: the profile names and rates each fused kernel as the one product m x n x k
- * with as many multiply-adds as its products have (relcl-bench's per-shape table gives its
- * GFLOP/s, rows and dropout included in its time): m = B H nq rows, k = head_dim, n the
- * columns of its products over k, the forward's Q K^T and alpha' V (nk each), Q wK^T and B'
- * wV (R each); the backward's dV, D = dZ V^T, dQ and dK (nk each), G = dZ wV^T and C wK (R
- * each). */
+/* The profile names and rates each fused kernel as the one product m x n x k with as many
+ * multiply-adds as its products have (relcl-bench's per-shape table gives its GFLOP/s, rows
+ * and dropout included in its time): m = B H nq rows, k = head_dim, and n, returned here, the
+ * columns of its products over k: nk_products of nk columns (the forward's Q K^T and alpha'
+ * V; the backward's dV, D = dZ V^T, dQ and dK) and one of R for each table (Q wK^T and B' wV;
+ * G = dZ wV^T and C wK). */
+static size_t fused_columns(const plan *p, size_t nk_products) {
+  return nk_products * p->nk + (p->rel ? (size_t)p->R : 0) + (p->rel_v ? (size_t)p->R : 0);
+}
 
 /* Whether attention runs in one kernel a head (kernels/gemm.cl attn_fwd_cpu, attn_bwd_cpu):
  * on CPUs (relcl__attn_fused), with a shared table or none, head_dim within gemm_cpu_bt's
@@ -484,9 +485,8 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
     RELCL__ARG(&a, p->scale);
     drop_args(&a, p);
     const size_t global[1] = {p->BH}, local[1] = {1};
-    /* profiled as one product of all its multiply-adds (fused_shape) */
-    st = relcl__launch_product(ctx, kern, &a, 1, global, local, p->rows,
-                               2 * p->nk + (p->rel ? p->R : 0) + (p->rel_v ? p->R : 0), p->d);
+    st = relcl__launch_product(ctx, kern, &a, 1, global, local, p->rows, fused_columns(p, 2),
+                               p->d);
   }
   relcl__pool_put(ctx, S);
   relcl__pool_put(ctx, Pm);
@@ -634,9 +634,8 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
     RELCL__ARG(&a, p->scale);
     drop_args(&a, p);
     const size_t global[1] = {p->BH}, local[1] = {1};
-    /* dV, D, dQ and dK, G and C wK as one product (fused_shape) */
-    st = relcl__launch_product(ctx, kern, &a, 1, global, local, p->rows,
-                               4 * p->nk + (p->rel ? p->R : 0) + (p->rel_v ? p->R : 0), p->d);
+    st = relcl__launch_product(ctx, kern, &a, 1, global, local, p->rows, fused_columns(p, 4),
+                               p->d);
   }
   /* dwV += B'^T dZ, dwK += C^T Q */
   if (st == RELCL_OK && p->rel_v && dwV.mem)

@@ -366,8 +366,12 @@ static size_t l1_sets(size_t ld) {
   return s == 0 ? 1 : 4096 / (g > 64 ? g : 64);
 }
 
+/* Whether gemm_cpu, where it runs a context's products, may run four blocks of rows a
+ * work-item (cpu_product): with 8 floats or fewer a vector */
+static bool row_blocks(const relcl_context *ctx) { return ctx->gemm_cpu && ctx->cpu_vec <= 8; }
+
 size_t relcl__act_ld(const relcl_context *ctx, size_t cols) {
-  return ctx->gemm_cpu && ctx->cpu_vec <= 8 && l1_sets(cols) < 4 ? cols + 16 : cols;
+  return row_blocks(ctx) && l1_sets(cols) < 4 ? cols + 16 : cols;
 }
 
 /* One product on CPU contexts (ctx->gemm_cpu), or a batch of them with B as laid out, in
@@ -460,7 +464,7 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
      * way. */
     const size_t c_ld = split ? split->head_dim : ldc; /* C's rows this far apart */
     const cl_uint blocks =
-        ctx->cpu_vec <= 8 && k <= RELCL_CPU_BLOCKS_K && (rows_first || l1_sets(c_ld) >= 4)
+        row_blocks(ctx) && k <= RELCL_CPU_BLOCKS_K && (rows_first || l1_sets(c_ld) >= 4)
             ? 4u
             : 1u;
     RELCL__ARG(&args, blocks);
