@@ -17,14 +17,29 @@ __kernel void cache_put(__global const float *x, uint x_off, int ld, __global fl
 
 /* Hypothesis r continues from hypothesis from[r] of src: dst[r][h][p][e] =
  * src[from[r]][h][p][e] for the npos positions written so far (later ones are never read).
- * Global (npos dh, H, N). */
+ * Global (npos dh, H, N), in the item shape (ceil(npos dh / RELCL_GATHER_RUN), H, N). */
 __kernel void cache_gather(__global const int *from, uint f_off, __global const float *src,
                            uint s_off, __global float *dst, uint d_off, int H, int Tc, int dh,
                            int npos, int N) {
+#ifdef RELCL_ROW_ITEM
+  /* the item shape (CPUs): RELCL_GATHER_RUN adjacent floats a work-item, in vectors; an
+   * element a work-item took 12 to 15% of relcl-translate's device time on PoCL */
+  const int h = get_global_id(1), r = get_global_id(2), len = npos * dh;
+  const int c0 = get_global_id(0) * RELCL_GATHER_RUN;
+  if (c0 >= len || h >= H || r >= N) return;
+  const int c1 = min(len, c0 + RELCL_GATHER_RUN);
+  const size_t row = (size_t)H * Tc * dh, at = (size_t)h * Tc * dh;
+  __global const float *s = src + s_off + (size_t)from[f_off + r] * row + at;
+  __global float *o = dst + d_off + (size_t)r * row + at;
+  int c = c0;
+  for (; c + 8 <= c1; c += 8) vstore8(vload8(0, s + c), 0, o + c);
+  for (; c < c1; c++) o[c] = s[c];
+#else
   const int c = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
   if (c >= npos * dh || h >= H || r >= N) return;
   const size_t row = (size_t)H * Tc * dh, at = (size_t)h * Tc * dh + c;
   dst[d_off + (size_t)r * row + at] = src[s_off + (size_t)from[f_off + r] * row + at];
+#endif
 }
 
 /* flags of attn_step: RELCL_STEP_* (kernels/flags.h) */
@@ -44,13 +59,128 @@ __kernel void cache_gather(__global const int *from, uint f_off, __global const 
  * with pw >= nk + 2 R: the weights, then the label logits, then the label sums.
  * Fixed-order sums (common.cl's trees; j or c in order otherwise): no dependence on
  * scheduling. */
+#ifdef RELCL_ROW_ITEM
+/* attn_step in the item shape (CPUs): a work-item per query row g (rows of them), the same
+ * sums in the same order as a work-group of `lanes` work-items would make them (the host
+ * passes the group shape's size): the softmax's sum as `lanes` partial sums, key j in partial
+ * j mod lanes, added up in relcl_wg_sum's tree; the maximum in any order (exact); every other
+ * sum in order, as there. The bits are the group shape's. The work-group's barriers and
+ * reductions had cost PoCL more than the arithmetic: relcl-translate's decoding of the demo's
+ * test set spent 38% of its device time in attn_step (see decode.c). */
+#define STEP_LANES_MAX 64
+/* out[j] = q . x_j for the n rows x_j of x (dh floats each, rows dh apart), each in order of
+ * c: eight rows at a time, whose sums are independent chains that overlap (rows past n read
+ * row n - 1 and are not stored) */
+inline void step_dots(__global const float *q, __global const float *x, int n, int dh,
+                      __global float *out) {
+  for (int j = 0; j < n; j += 8) {
+    __global const float *xr[8];
+    _Pragma("unroll") for (int u = 0; u < 8; u++) xr[u] = x + (size_t)min(j + u, n - 1) * dh;
+    float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int c = 0; c < dh; c++) {
+      const float qc = q[c];
+      _Pragma("unroll") for (int u = 0; u < 8; u++) e[u] += qc * xr[u][c];
+    }
+    for (int u = 0; u < 8 && j + u < n; u++) out[j + u] = e[u];
+  }
+}
+
+inline void attn_step_row(__global const float *Q, uint q_off, __global const float *K,
+                          uint k_off, __global const float *V, uint v_off, uint kv_stride,
+                          __global const float *wK, uint wk_off, __global const float *wV,
+                          uint wv_off, __global const int *key_len, uint kl_off,
+                          __global float *P, uint p_off, uint pw, __global float *Z, uint z_off,
+                          int H, int nq, int nk, int dh, int k, int q_pos0, int flags,
+                          float scale, int rows, int lanes) {
+  const int g = get_global_id(0);
+  if (g >= rows) return;
+  const int bh = g / nq, i = g - bh * nq, b = bh / H, h = bh - b * H;
+  const int pos = q_pos0 + i;
+  int n = nk;
+  if (flags & RELCL_STEP_KEY_LEN) n = min(n, key_len[kl_off + b]);
+  if (flags & RELCL_STEP_CAUSAL) n = min(n, pos + 1);
+  const int rlo = clamp(-pos, -k, k) + k, rhi = clamp(n - 1 - pos, -k, k) + k;
+  const int R = n > 0 ? rhi - rlo + 1 : 0;
+  __global const float *q = Q + q_off + (size_t)g * dh;
+  __global const float *kb = K + k_off + (size_t)bh * kv_stride;
+  __global const float *vb = V + v_off + (size_t)bh * kv_stride;
+  const size_t table = (size_t)(2 * k + 1) * dh;
+  const size_t t_at = (flags & RELCL_STEP_PER_HEAD) ? (size_t)h * table : 0;
+  __global float *p = P + p_off + (size_t)g * pw, *lab = p + nk, *bucket = lab + R;
+  if (flags & RELCL_STEP_REL_K) step_dots(q, wK + wk_off + t_at + (size_t)rlo * dh, R, dh, lab);
+  step_dots(q, kb, n, dh, p);
+  float mx = -FLT_MAX;
+  for (int j = 0; j < n; j++) {
+    float e = p[j];
+    if (flags & RELCL_STEP_REL_K) e += lab[clamp(j - pos, -k, k) + k - rlo];
+    e *= scale;
+    p[j] = e;
+    mx = fmax(mx, e);
+  }
+  float part[STEP_LANES_MAX];
+  for (int l = 0; l < lanes; l++) part[l] = 0.0f;
+  for (int j = 0; j < n; j++) {
+    const float a = exp(p[j] - mx);
+    p[j] = a;
+    part[j & (lanes - 1)] += a;
+  }
+  for (int s = lanes / 2; s > 0; s >>= 1)
+    for (int l = 0; l < s; l++) part[l] += part[l + s];
+  const float sum = part[0];
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if (flags & RELCL_STEP_REL_V)
+    for (int r = 0; r < R; r++) {
+      const int d = rlo + r - k;
+      const int j0 = d == -k ? 0 : pos + d, j1 = d == k ? n - 1 : pos + d;
+      float s = 0.0f;
+      for (int j = max(j0, 0); j <= min(j1, n - 1); j++) s += p[j];
+      bucket[r] = s;
+    }
+  __global const float *wv = wV + wv_off + t_at + (size_t)rlo * dh;
+  __global float *z = Z + z_off + (size_t)g * dh;
+  int c = 0;
+  /* eight columns a vector, up to eight vectors at once: each column its own sum, in order,
+   * the vectors independent chains that overlap */
+  for (; c + 8 <= dh; c += 64) {
+    const int nv = min((dh - c) / 8, 8);
+    float8 acc[8];
+    _Pragma("unroll") for (int v = 0; v < 8; v++) acc[v] = (float8)(0.0f);
+    for (int j = 0; j < n; j++) {
+      __global const float *vj = vb + (size_t)j * dh + c;
+      const float pj = p[j];
+      _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) acc[v] += pj * vload8(v, vj);
+    }
+    if (flags & RELCL_STEP_REL_V)
+      for (int r = 0; r < R; r++) {
+        __global const float *wr = wv + (size_t)r * dh + c;
+        const float br = bucket[r];
+        _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) acc[v] += br * vload8(v, wr);
+      }
+    _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) vstore8(acc[v] * inv, v, z + c);
+    if (nv < 8) c = c + 8 * nv - 64; /* the columns left: fewer than eight */
+  }
+  for (; c < dh; c++) {
+    float acc = 0.0f;
+    for (int j = 0; j < n; j++) acc += p[j] * vb[(size_t)j * dh + c];
+    if (flags & RELCL_STEP_REL_V)
+      for (int r = 0; r < R; r++) acc += bucket[r] * wv[(size_t)r * dh + c];
+    z[c] = acc * inv;
+  }
+}
+#endif
+
 __kernel void attn_step(__global const float *Q, uint q_off, __global const float *K,
                         uint k_off, __global const float *V, uint v_off, uint kv_stride,
                         __global const float *wK, uint wk_off, __global const float *wV,
                         uint wv_off, __global const int *key_len, uint kl_off,
                         __global float *P, uint p_off, uint pw, __global float *Z, uint z_off,
                         int H, int nq, int nk, int dh, int k, int q_pos0, int flags,
-                        float scale, __local float *red, __local float *q) {
+                        float scale, int rows, int lanes, __local float *red,
+                        __local float *q) {
+#ifdef RELCL_ROW_ITEM
+  attn_step_row(Q, q_off, K, k_off, V, v_off, kv_stride, wK, wk_off, wV, wv_off, key_len, kl_off,
+                P, p_off, pw, Z, z_off, H, nq, nk, dh, k, q_pos0, flags, scale, rows, lanes);
+#else
   const int g = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
   const int bh = g / nq, i = g - bh * nq, b = bh / H, h = bh - b * H;
   const int pos = q_pos0 + i;
@@ -115,6 +245,7 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
       for (int r = 0; r < R; r++) acc += bucket[r] * wV[wv_off + t_at + (size_t)(rlo + r) * dh + c];
     Z[z_off + (size_t)g * dh + c] = acc * inv;
   }
+#endif
 }
 
 /* Beam search's candidates (lib/model/beam.c): the kk largest logits of each of N rows of z (N, V),

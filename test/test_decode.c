@@ -496,6 +496,11 @@ int main(int argc, char **argv) {
   c.pre_norm = 1;
   c.max_rel = 1;
   check_cached(ctx, "relative per-head pre-norm k=1", c);
+  c = small_config();
+  c.d_model = 152; /* heads 76 wide: the item shape's attn_step sums eight columns a vector,
+                    * up to eight vectors at once, then the rest one by one (decode.cl) */
+  c.d_ff = 64;
+  check_cached(ctx, "relative post-norm, heads 76 wide", c);
 
   c = small_config();
   relcl_model *m;

@@ -316,11 +316,21 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   RELCL__ARG(&a, q_pos0);
   RELCL__ARG(&a, flags);
   RELCL__ARG(&a, scale);
-  size_t limit = kern->max_wg < 64 ? kern->max_wg : 64;
+  /* the group shape: a work-group of wg per query row; the item shape (CPUs): a work-item per
+   * row, summing as a work-group of wg would (kernels/decode.cl) */
+  const bool item = relcl__row_item(d->ctx);
+  size_t limit = item || kern->max_wg >= 64 ? 64 : kern->max_wg;
   size_t wg = relcl__pow2_wg((size_t)(nk > d->dh ? nk : d->dh), limit);
-  RELCL__ARG_LOCAL(&a, wg * sizeof(float));
-  RELCL__ARG_LOCAL(&a, (size_t)d->dh * sizeof(float));
-  size_t global = (size_t)B * d->H * nq * wg;
+  const int rows = B * d->H * nq, lanes = (int)wg;
+  RELCL__ARG(&a, rows);
+  RELCL__ARG(&a, lanes);
+  RELCL__ARG_LOCAL(&a, item ? sizeof(float) : wg * sizeof(float));
+  RELCL__ARG_LOCAL(&a, item ? sizeof(float) : (size_t)d->dh * sizeof(float));
+  if (item) {
+    size_t local = relcl__pow2_wg((size_t)rows, 16), global = (rows + local - 1) / local * local;
+    return relcl__launch(d->ctx, kern, &a, 1, &global, &local);
+  }
+  size_t global = (size_t)rows * wg;
   return relcl__launch(d->ctx, kern, &a, 1, &global, &wg);
 }
 
@@ -337,7 +347,9 @@ static relcl_status cache_gather(relcl_decoder *d, relcl_buf src, relcl_buf dst,
   RELCL__ARG(&a, d->dh);
   RELCL__ARG(&a, d->t);
   RELCL__ARG(&a, n);
-  return launch3(d->ctx, k, &a, (size_t)d->t * d->dh, (size_t)d->H, (size_t)n);
+  const size_t len = (size_t)d->t * d->dh; /* the item shape: runs (kernels/decode.cl) */
+  const size_t n0 = relcl__row_item(d->ctx) ? (len + RELCL_GATHER_RUN - 1) / RELCL_GATHER_RUN : len;
+  return launch3(d->ctx, k, &a, n0, (size_t)d->H, (size_t)n);
 }
 
 /* a = F(u) - b, F one sub-layer of decoder layer l, *b the bias of F's last linear layer
