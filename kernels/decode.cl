@@ -59,6 +59,36 @@ __kernel void cache_gather(__global const int *from, uint f_off, __global const 
  * with pw >= nk + 2 R: the weights, then the label logits, then the label sums.
  * Fixed-order sums (common.cl's trees; j or c in order otherwise): no dependence on
  * scheduling. */
+/* Query row g of attn_step: its (sequence, head) bh = b H + h, position, keys n (key_len and
+ * causal limits) and the labels those keys use, rlo .. rlo + R - 1 */
+typedef struct {
+  int bh, h, pos, n, rlo, R;
+} step_row_t;
+inline step_row_t step_row_of(int g, int H, int nq, int nk, int k, int q_pos0, int flags,
+                              __global const int *key_len, uint kl_off) {
+  step_row_t s;
+  s.bh = g / nq;
+  const int b = s.bh / H;
+  s.h = s.bh - b * H;
+  s.pos = q_pos0 + (g - s.bh * nq);
+  s.n = nk;
+  if (flags & RELCL_STEP_KEY_LEN) s.n = min(s.n, key_len[kl_off + b]);
+  if (flags & RELCL_STEP_CAUSAL) s.n = min(s.n, s.pos + 1);
+  s.rlo = clamp(-s.pos, -k, k) + k;
+  s.R = s.n > 0 ? clamp(s.n - 1 - s.pos, -k, k) + k - s.rlo + 1 : 0;
+  return s;
+}
+
+/* The weights p[] of label rlo + r's keys, in order: j = pos + d for |d| < k, and the clipped
+ * ends j <= pos - k, j >= pos + k */
+inline float step_bucket(__global const float *p, int r, int rlo, int k, int pos, int n) {
+  const int d = rlo + r - k;
+  const int j0 = d == -k ? 0 : pos + d, j1 = d == k ? n - 1 : pos + d;
+  float s = 0.0f;
+  for (int j = max(j0, 0); j <= min(j1, n - 1); j++) s += p[j];
+  return s;
+}
+
 #ifdef RELCL_ROW_ITEM
 /* attn_step in the item shape (CPUs): a work-item per query row g (rows of them), the same
  * sums in the same order as a work-group of `lanes` work-items would make them (the host
@@ -94,13 +124,8 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
                           float scale, int rows, int lanes) {
   const int g = get_global_id(0);
   if (g >= rows) return;
-  const int bh = g / nq, i = g - bh * nq, b = bh / H, h = bh - b * H;
-  const int pos = q_pos0 + i;
-  int n = nk;
-  if (flags & RELCL_STEP_KEY_LEN) n = min(n, key_len[kl_off + b]);
-  if (flags & RELCL_STEP_CAUSAL) n = min(n, pos + 1);
-  const int rlo = clamp(-pos, -k, k) + k, rhi = clamp(n - 1 - pos, -k, k) + k;
-  const int R = n > 0 ? rhi - rlo + 1 : 0;
+  const step_row_t sr = step_row_of(g, H, nq, nk, k, q_pos0, flags, key_len, kl_off);
+  const int bh = sr.bh, h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
   __global const float *q = Q + q_off + (size_t)g * dh;
   __global const float *kb = K + k_off + (size_t)bh * kv_stride;
   __global const float *vb = V + v_off + (size_t)bh * kv_stride;
@@ -129,13 +154,7 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
   const float sum = part[0];
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   if (flags & RELCL_STEP_REL_V)
-    for (int r = 0; r < R; r++) {
-      const int d = rlo + r - k;
-      const int j0 = d == -k ? 0 : pos + d, j1 = d == k ? n - 1 : pos + d;
-      float s = 0.0f;
-      for (int j = max(j0, 0); j <= min(j1, n - 1); j++) s += p[j];
-      bucket[r] = s;
-    }
+    for (int r = 0; r < R; r++) bucket[r] = step_bucket(p, r, rlo, k, pos, n);
   __global const float *wv = wV + wv_off + t_at + (size_t)rlo * dh;
   __global float *z = Z + z_off + (size_t)g * dh;
   int c = 0;
@@ -182,14 +201,8 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
                 P, p_off, pw, Z, z_off, H, nq, nk, dh, k, q_pos0, flags, scale, rows, lanes);
 #else
   const int g = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
-  const int bh = g / nq, i = g - bh * nq, b = bh / H, h = bh - b * H;
-  const int pos = q_pos0 + i;
-  int n = nk;
-  if (flags & RELCL_STEP_KEY_LEN) n = min(n, key_len[kl_off + b]);
-  if (flags & RELCL_STEP_CAUSAL) n = min(n, pos + 1);
-  /* the labels keys 0 .. n-1 use */
-  const int rlo = clamp(-pos, -k, k) + k, rhi = clamp(n - 1 - pos, -k, k) + k;
-  const int R = n > 0 ? rhi - rlo + 1 : 0;
+  const step_row_t sr = step_row_of(g, H, nq, nk, k, q_pos0, flags, key_len, kl_off);
+  const int bh = sr.bh, h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
   for (int c = lid; c < dh; c += wg) q[c] = Q[q_off + (size_t)g * dh + c];
   barrier(CLK_LOCAL_MEM_FENCE);
   __global const float *kb = K + k_off + (size_t)bh * kv_stride;
@@ -228,14 +241,7 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
   barrier(CLK_GLOBAL_MEM_FENCE); /* p[] was written by the group's other work-items */
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: z = 0 */
   if (flags & RELCL_STEP_REL_V) {
-    /* label r's keys: j = pos + d for |d| < k, and the clipped ends j <= pos - k, j >= pos + k */
-    for (int r = lid; r < R; r += wg) {
-      const int d = rlo + r - k;
-      const int j0 = d == -k ? 0 : pos + d, j1 = d == k ? n - 1 : pos + d;
-      float s = 0.0f;
-      for (int j = max(j0, 0); j <= min(j1, n - 1); j++) s += p[j];
-      bucket[r] = s;
-    }
+    for (int r = lid; r < R; r += wg) bucket[r] = step_bucket(p, r, rlo, k, pos, n);
     barrier(CLK_GLOBAL_MEM_FENCE);
   }
   for (int c = lid; c < dh; c += wg) {
