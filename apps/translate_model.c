@@ -217,7 +217,13 @@ int tm_translate(relcl_model *model, const relcl_spm *spm, const char *const *li
     say(err, errsize, "out of host memory");
     goto done;
   }
-  for (size_t b0 = 0; b0 < n_items; b0 += (size_t)BS) {
+  /* the batches longest first: the model's and the decoder's buffers then grow once, where
+   * shortest first had them grow (reallocated and zeroed) batch after batch: 30 zeroings of
+   * the model's buffers (303 MB) for the demo's 1,000 test sentences, 4% of relcl-translate's
+   * device time (session 32). The batches and their sentences are the same either way. */
+  const size_t n_batches = (n_items + (size_t)BS - 1) / (size_t)BS;
+  for (size_t bi = n_batches; bi-- > 0;) {
+    const size_t b0 = bi * (size_t)BS;
     const int B = n_items - b0 < (size_t)BS ? (int)(n_items - b0) : BS;
     const int S = items[b0 + (size_t)B - 1].len + 1; /* sorted: the last is the longest */
     memset(src, 0, (size_t)B * S * sizeof *src);

@@ -110,8 +110,11 @@ static relcl__dec_ws *ws_new(int L) {
 
 /* Buffer i of at least n elements: kept when large enough (its old contents are finite
  * floats or ids), else replaced by a new one, zeroed (CLBlast's tiles may read, then discard,
- * entries past a matrix's end: they must not be garbage). A buffer that grows grows by half
- * at least: batches sorted by length ask for a little more each time. */
+ * entries past a matrix's end: they must not be garbage). The caches are not zeroed: only
+ * decode.cl's kernels touch them, and those read no position before cache_put has written
+ * it (zeroing them was 6% of relcl-translate's device time on the demo's test set, session
+ * 32). A buffer that grows grows by half at least: batches sorted by length ask for a little
+ * more each time. */
 static relcl_status ws_ensure(relcl_context *ctx, relcl__dec_ws *ws, int i, size_t n) {
   if (ws->buf[i] && ws->cap[i] >= n) return RELCL_OK;
   if (ws->buf[i] && n < ws->cap[i] + ws->cap[i] / 2) n = ws->cap[i] + ws->cap[i] / 2;
@@ -119,7 +122,7 @@ static relcl_status ws_ensure(relcl_context *ctx, relcl__dec_ws *ws, int i, size
   ws->buf[i] = NULL;
   ws->cap[i] = 0;
   relcl_status st = relcl_alloc(ctx, n, &ws->buf[i]);
-  if (st == RELCL_OK) st = relcl__fill(ctx, relcl_buf_at(ws->buf[i], 0), 0.0f, n);
+  if (st == RELCL_OK && i < W_CACHE0) st = relcl__fill(ctx, relcl_buf_at(ws->buf[i], 0), 0.0f, n);
   if (st == RELCL_OK) ws->cap[i] = n;
   return st;
 }
