@@ -1,45 +1,34 @@
 /* Incremental decoding (lib/model/decode.c): the self-attention key and value caches of a decoder
- * layer, (N, H, Tc, dh) for N hypotheses, H heads and room for Tc positions. Writing the new
- * position and gathering hypotheses run here, on the device, rather than as host-side buffer
- * copies, which Oclgrind cannot follow. Pure copies: no arithmetic.
+ * layer, (N, H, Tc, dh) for N cache rows, H heads and room for Tc positions, and the history
+ * (N, Tc) of int: hypothesis r's position j is in cache row hist[r][j]. A step writes each
+ * hypothesis's new position t into its own row, r; when beam search reorders the hypotheses,
+ * only the history follows (hist_gather), where copying every cache row had taken 12% of
+ * relcl-translate's device time (session 32). Each (row, position) is written once: rows
+ * keep the earlier positions of hypotheses that others descend from. Writing the new
+ * position and reordering run here, on the device, rather than as host-side buffer copies,
+ * which Oclgrind cannot follow. Pure copies: no arithmetic.
  */
 
 /* The new position t of every hypothesis: cache[r][h][t][e] = x[r ld + h dh + e], x the
- * step's projected keys (or values), (N, ld), heads in its first H dh columns.
- * Global (dh, H, N). */
+ * step's projected keys (or values), (N, ld), heads in its first H dh columns; and
+ * hist[r][t] = r (rows Tc apart). Global (dh, H, N). */
 __kernel void cache_put(__global const float *x, uint x_off, int ld, __global float *cache,
-                        uint c_off, int H, int Tc, int dh, int t, int N) {
+                        uint c_off, int H, int Tc, int dh, int t, int N, __global int *hist,
+                        uint h_off) {
   const int e = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
   if (e >= dh || h >= H || r >= N) return;
   cache[c_off + (((size_t)r * H + h) * Tc + t) * dh + e] =
       x[x_off + (size_t)r * ld + (size_t)h * dh + e];
+  if (e == 0 && h == 0) hist[h_off + (size_t)r * Tc + t] = r;
 }
 
-/* Hypothesis r continues from hypothesis from[r] of src: dst[r][h][p][e] =
- * src[from[r]][h][p][e] for the npos positions written so far (later ones are never read).
- * Global (npos dh, H, N), in the item shape (ceil(npos dh / RELCL_GATHER_RUN), H, N). */
-__kernel void cache_gather(__global const int *from, uint f_off, __global const float *src,
-                           uint s_off, __global float *dst, uint d_off, int H, int Tc, int dh,
-                           int npos, int N) {
-#ifdef RELCL_ROW_ITEM
-  /* the item shape (CPUs): RELCL_GATHER_RUN adjacent floats a work-item, in vectors; an
-   * element a work-item took 12 to 15% of relcl-translate's device time on PoCL */
-  const int h = get_global_id(1), r = get_global_id(2), len = npos * dh;
-  const int c0 = get_global_id(0) * RELCL_GATHER_RUN;
-  if (c0 >= len || h >= H || r >= N) return;
-  const int c1 = min(len, c0 + RELCL_GATHER_RUN);
-  const size_t row = (size_t)H * Tc * dh, at = (size_t)h * Tc * dh;
-  __global const float *s = src + s_off + (size_t)from[f_off + r] * row + at;
-  __global float *o = dst + d_off + (size_t)r * row + at;
-  int c = c0;
-  for (; c + 8 <= c1; c += 8) vstore8(vload8(0, s + c), 0, o + c);
-  for (; c < c1; c++) o[c] = s[c];
-#else
-  const int c = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
-  if (c >= npos * dh || h >= H || r >= N) return;
-  const size_t row = (size_t)H * Tc * dh, at = (size_t)h * Tc * dh + c;
-  dst[d_off + (size_t)r * row + at] = src[s_off + (size_t)from[f_off + r] * row + at];
-#endif
+/* Hypothesis r continues from hypothesis from[r]: dst[r][j] = src[from[r]][j] for the npos
+ * positions so far (rows Tc apart). Global (npos, N). */
+__kernel void hist_gather(__global const int *from, uint f_off, __global const int *src,
+                          uint s_off, __global int *dst, uint d_off, int Tc, int npos, int N) {
+  const int j = get_global_id(0), r = get_global_id(1);
+  if (j >= npos || r >= N) return;
+  dst[d_off + (size_t)r * Tc + j] = src[s_off + (size_t)from[f_off + r] * Tc + j];
 }
 
 /* flags of attn_step: RELCL_STEP_* (kernels/flags.h) */
@@ -55,24 +44,26 @@ __kernel void cache_gather(__global const int *from, uint f_off, __global const 
  * uses (rlo .. rlo + R - 1, at most 2k + 1): their logits q . wK[r] once, and on the value
  * side the sums of the weights falling on each label (the clipped ends gather many keys)
  * times wV[r]; the prefix itself costs only the content terms.
- * Q, Z (B H nq, dh); K, V: matrix bh at bh * kv_stride, rows of dh; P (B H nq, pw) scratch
+ * Q, Z (B H nq, dh); K, V: matrix bh at bh * kv_stride, rows of dh, or with a history (hist,
+ * rows hist_ld apart; 0: none) key j of (b, h) at position j of cache row hist[b][j] (see the
+ * top of this file); P (B H nq, pw) scratch
  * with pw >= nk + 2 R: the weights, then the label logits, then the label sums.
  * Fixed-order sums (common.cl's trees; j or c in order otherwise): no dependence on
  * scheduling. */
-/* Query row g of attn_step: its (sequence, head) bh = b H + h, position, keys n (key_len and
- * causal limits) and the labels those keys use, rlo .. rlo + R - 1 */
+/* Query row g of attn_step: its (sequence or hypothesis b, head h) bh = b H + h, position,
+ * keys n (key_len and causal limits) and the labels those keys use, rlo .. rlo + R - 1 */
 typedef struct {
-  int bh, h, pos, n, rlo, R;
+  int bh, b, h, pos, n, rlo, R;
 } step_row_t;
 inline step_row_t step_row_of(int g, int H, int nq, int nk, int k, int q_pos0, int flags,
                               __global const int *key_len, uint kl_off) {
   step_row_t s;
   s.bh = g / nq;
-  const int b = s.bh / H;
-  s.h = s.bh - b * H;
+  s.b = s.bh / H;
+  s.h = s.bh - s.b * H;
   s.pos = q_pos0 + (g - s.bh * nq);
   s.n = nk;
-  if (flags & RELCL_STEP_KEY_LEN) s.n = min(s.n, key_len[kl_off + b]);
+  if (flags & RELCL_STEP_KEY_LEN) s.n = min(s.n, key_len[kl_off + s.b]);
   if (flags & RELCL_STEP_CAUSAL) s.n = min(s.n, s.pos + 1);
   s.rlo = clamp(-s.pos, -k, k) + k;
   s.R = s.n > 0 ? clamp(s.n - 1 - s.pos, -k, k) + k - s.rlo + 1 : 0;
@@ -89,6 +80,23 @@ inline float step_bucket(__global const float *p, int r, int rlo, int k, int pos
   return s;
 }
 
+/* Key (or value) j of a query row's matrix x: row j of x (rows dh apart), or with a history
+ * hr (not 0: the query's hypothesis's row of hist) position j of cache row hr[j], cache rows
+ * `row` floats apart (x is then the head's matrix in cache row 0) */
+inline __global const float *step_key(__global const float *x, __global const int *hr,
+                                      size_t row, int j, int dh) {
+  return x + (hr ? (size_t)hr[j] * row : 0) + (size_t)j * dh;
+}
+
+/* attn_step's kb, vb, hr and row for query row sr: with a history (hist_ld > 0, the
+ * self-attention's caches) hypothesis b's row of it and head h's matrix in cache row 0, cache
+ * rows H kv_stride apart; else matrix bh at bh kv_stride and no history */
+#define STEP_KV_BASES                                                                       \
+  __global const int *hr = hist_ld > 0 ? hist + h_off + (size_t)sr.b * hist_ld : 0;         \
+  const size_t row = (size_t)H * kv_stride;                                                 \
+  __global const float *kb = K + k_off + (size_t)(hr ? sr.h : sr.bh) * kv_stride;           \
+  __global const float *vb = V + v_off + (size_t)(hr ? sr.h : sr.bh) * kv_stride
+
 #ifdef RELCL_ROW_ITEM
 /* attn_step in the item shape (CPUs): a work-item per query row g (rows of them), the same
  * sums in the same order as a work-group of `lanes` work-items would make them (the host
@@ -98,14 +106,14 @@ inline float step_bucket(__global const float *p, int r, int rlo, int k, int pos
  * reductions had cost PoCL more than the arithmetic: relcl-translate's decoding of the demo's
  * test set spent 38% of its device time in attn_step (see decode.c). */
 #define STEP_LANES_MAX 64
-/* out[j] = q . x_j for the n rows x_j of x (dh floats each, rows dh apart), each in order of
- * c: eight rows at a time, whose sums are independent chains that overlap (rows past n read
- * row n - 1 and are not stored) */
-inline void step_dots(__global const float *q, __global const float *x, int n, int dh,
-                      __global float *out) {
+/* out[j] = q . x_j for the n rows x_j = step_key(x, hr, row, j, dh), each in order of c:
+ * eight rows at a time, whose sums are independent chains that overlap (rows past n read row
+ * n - 1 and are not stored) */
+inline void step_dots(__global const float *q, __global const float *x, __global const int *hr,
+                      size_t row, int n, int dh, __global float *out) {
   for (int j = 0; j < n; j += 8) {
     __global const float *xr[8];
-    _Pragma("unroll") for (int u = 0; u < 8; u++) xr[u] = x + (size_t)min(j + u, n - 1) * dh;
+    _Pragma("unroll") for (int u = 0; u < 8; u++) xr[u] = step_key(x, hr, row, min(j + u, n - 1), dh);
     float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int c = 0; c < dh; c++) {
       const float qc = q[c];
@@ -119,21 +127,22 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
                           uint k_off, __global const float *V, uint v_off, uint kv_stride,
                           __global const float *wK, uint wk_off, __global const float *wV,
                           uint wv_off, __global const int *key_len, uint kl_off,
+                          __global const int *hist, uint h_off, int hist_ld,
                           __global float *P, uint p_off, uint pw, __global float *Z, uint z_off,
                           int H, int nq, int nk, int dh, int k, int q_pos0, int flags,
                           float scale, int rows, int lanes) {
   const int g = get_global_id(0);
   if (g >= rows) return;
   const step_row_t sr = step_row_of(g, H, nq, nk, k, q_pos0, flags, key_len, kl_off);
-  const int bh = sr.bh, h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
+  const int h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
   __global const float *q = Q + q_off + (size_t)g * dh;
-  __global const float *kb = K + k_off + (size_t)bh * kv_stride;
-  __global const float *vb = V + v_off + (size_t)bh * kv_stride;
+  STEP_KV_BASES;
   const size_t table = (size_t)(2 * k + 1) * dh;
   const size_t t_at = (flags & RELCL_STEP_PER_HEAD) ? (size_t)h * table : 0;
   __global float *p = P + p_off + (size_t)g * pw, *lab = p + nk, *bucket = lab + R;
-  if (flags & RELCL_STEP_REL_K) step_dots(q, wK + wk_off + t_at + (size_t)rlo * dh, R, dh, lab);
-  step_dots(q, kb, n, dh, p);
+  if (flags & RELCL_STEP_REL_K)
+    step_dots(q, wK + wk_off + t_at + (size_t)rlo * dh, 0, 0, R, dh, lab);
+  step_dots(q, kb, hr, row, n, dh, p);
   float mx = -FLT_MAX;
   for (int j = 0; j < n; j++) {
     float e = p[j];
@@ -165,7 +174,7 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
     float8 acc[8];
     _Pragma("unroll") for (int v = 0; v < 8; v++) acc[v] = (float8)(0.0f);
     for (int j = 0; j < n; j++) {
-      __global const float *vj = vb + (size_t)j * dh + c;
+      __global const float *vj = step_key(vb, hr, row, j, dh) + c;
       const float pj = p[j];
       _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) acc[v] += pj * vload8(v, vj);
     }
@@ -180,7 +189,7 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
   }
   for (; c < dh; c++) {
     float acc = 0.0f;
-    for (int j = 0; j < n; j++) acc += p[j] * vb[(size_t)j * dh + c];
+    for (int j = 0; j < n; j++) acc += p[j] * step_key(vb, hr, row, j, dh)[c];
     if (flags & RELCL_STEP_REL_V)
       for (int r = 0; r < R; r++) acc += bucket[r] * wv[(size_t)r * dh + c];
     z[c] = acc * inv;
@@ -192,21 +201,22 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
                         uint k_off, __global const float *V, uint v_off, uint kv_stride,
                         __global const float *wK, uint wk_off, __global const float *wV,
                         uint wv_off, __global const int *key_len, uint kl_off,
+                        __global const int *hist, uint h_off, int hist_ld,
                         __global float *P, uint p_off, uint pw, __global float *Z, uint z_off,
                         int H, int nq, int nk, int dh, int k, int q_pos0, int flags,
                         float scale, int rows, int lanes, __local float *red,
                         __local float *q) {
 #ifdef RELCL_ROW_ITEM
   attn_step_row(Q, q_off, K, k_off, V, v_off, kv_stride, wK, wk_off, wV, wv_off, key_len, kl_off,
-                P, p_off, pw, Z, z_off, H, nq, nk, dh, k, q_pos0, flags, scale, rows, lanes);
+                hist, h_off, hist_ld, P, p_off, pw, Z, z_off, H, nq, nk, dh, k, q_pos0, flags,
+                scale, rows, lanes);
 #else
   const int g = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
   const step_row_t sr = step_row_of(g, H, nq, nk, k, q_pos0, flags, key_len, kl_off);
-  const int bh = sr.bh, h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
+  const int h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
   for (int c = lid; c < dh; c += wg) q[c] = Q[q_off + (size_t)g * dh + c];
   barrier(CLK_LOCAL_MEM_FENCE);
-  __global const float *kb = K + k_off + (size_t)bh * kv_stride;
-  __global const float *vb = V + v_off + (size_t)bh * kv_stride;
+  STEP_KV_BASES;
   const size_t table = (size_t)(2 * k + 1) * dh;
   const size_t t_at = (flags & RELCL_STEP_PER_HEAD) ? (size_t)h * table : 0;
   __global float *p = P + p_off + (size_t)g * pw, *lab = p + nk, *bucket = lab + R;
@@ -222,7 +232,7 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
   }
   float mx = -FLT_MAX;
   for (int j = lid; j < n; j += wg) {
-    __global const float *kj = kb + (size_t)j * dh;
+    __global const float *kj = step_key(kb, hr, row, j, dh);
     float e = 0.0f;
     for (int c = 0; c < dh; c++) e += q[c] * kj[c];
     if (flags & RELCL_STEP_REL_K) e += lab[clamp(j - pos, -k, k) + k - rlo];
@@ -246,7 +256,7 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
   }
   for (int c = lid; c < dh; c += wg) {
     float acc = 0.0f;
-    for (int j = 0; j < n; j++) acc += p[j] * vb[(size_t)j * dh + c];
+    for (int j = 0; j < n; j++) acc += p[j] * step_key(vb, hr, row, j, dh)[c];
     if (flags & RELCL_STEP_REL_V)
       for (int r = 0; r < R; r++) acc += bucket[r] * wV[wv_off + t_at + (size_t)(rlo + r) * dh + c];
     Z[z_off + (size_t)g * dh + c] = acc * inv;

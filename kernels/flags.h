@@ -67,7 +67,5 @@
 #define RELCL_ELEM_RUN 64
 /* util.cl fill in the item shape: elements a work-item (a multiple of 16: whole vectors) */
 #define RELCL_FILL_RUN 1024
-/* kernels/decode.cl's cache_gather in the item shape: floats a work-item copies */
-#define RELCL_GATHER_RUN 256
 
 #endif

@@ -27,15 +27,16 @@
 
 /* int32 arrays, one buffer each: each is written from its start (Oclgrind takes a host write
  * at an offset for uninitialized memory). I_TOK (N), I_FROM (N), I_SRCLEN (B), I_ARGMAX (N),
- * I_SOURCES (B), I_ZEROS (N). */
-enum { I_TOK, I_FROM, I_SRCLEN, I_ARGMAX, I_SOURCES, I_ZEROS, N_IB };
+ * I_SOURCES (B), I_ZEROS (N), I_HIST0 and I_HIST1 (N, Tc): the two copies of the caches'
+ * history (kernels/decode.cl: hypothesis r's position j is in cache row hist[r][j]). */
+enum { I_TOK, I_FROM, I_SRCLEN, I_ARGMAX, I_SOURCES, I_ZEROS, I_HIST0, I_HIST1, N_IB };
 
 /* The device buffers of a decoder:
  *   W_WORK            float regions (the step's activations, logits)
  *   W_IB0 + I_...     the int32 arrays above
  *   W_MEM, W_MEM2     encoder-decoder keys and values, layer l at 2 l B S D (K, then V); the
  *                     second receives them when sentences are dropped
- *   W_CACHE0 + c 2L + 2l + kv   copy c of layer l's keys (kv 0) or values (1), (N, H, Tc, dh)
+ *   W_CACHE0 + 2l + kv  layer l's keys (kv 0) or values (1), (N, H, Tc, dh)
  * A model keeps one set between decoders (grown when a batch needs more, released with the
  * model), so decoding batch after batch allocates nothing in steady state, and Oclgrind,
  * which misreads buffers created after others were released, sees no release. A decoder
@@ -54,7 +55,7 @@ struct relcl_decoder {
   size_t x0, x1, u, a, s, qkv, qh, z, zm, h, mean, rstd, logits, losses, probs; /* W_WORK */
   size_t pw; /* floats per query row in probs: weights, label logits, label sums */
   int32_t *src_lens; /* (B) host copy */
-  int cur;           /* the cache copy in use */
+  int cur;           /* the copy of the history in use: I_HIST0 + cur */
 };
 
 #define TRY(call)                    \
@@ -75,15 +76,11 @@ static relcl_buf Id(const relcl_decoder *d, int which) {
 static relcl_buf Mem(const relcl_decoder *d, size_t off) {
   return relcl_buf_at(d->ws->buf[W_MEM], off);
 }
-/* copy c of cache i = 2 l + kv */
-static relcl_buf cache_copy(const relcl_decoder *d, int c, int i) {
-  return relcl_buf_at(d->ws->buf[W_CACHE0 + c * 2 * d->L + i], 0);
-}
 static relcl_buf opt(const relcl_decoder *d, size_t off) {
   return off == RELCL__NONE ? RELCL_BUF_NONE : P(d, off);
 }
 static relcl_buf cache(const relcl_decoder *d, int l, int kv) {
-  return cache_copy(d, d->cur, 2 * l + kv);
+  return relcl_buf_at(d->ws->buf[W_CACHE0 + 2 * l + kv], 0);
 }
 
 static size_t take(size_t *used, size_t n) {
@@ -98,7 +95,7 @@ static size_t take(size_t *used, size_t n) {
 static relcl__dec_ws *ws_new(int L) {
   relcl__dec_ws *ws = calloc(1, sizeof *ws);
   if (ws == NULL) return NULL;
-  ws->n = W_CACHE0 + 4 * L;
+  ws->n = W_CACHE0 + 2 * L;
   ws->buf = calloc((size_t)ws->n, sizeof *ws->buf);
   ws->cap = calloc((size_t)ws->n, sizeof *ws->cap);
   if (ws->buf == NULL || ws->cap == NULL) {
@@ -223,14 +220,15 @@ relcl_status relcl_decoder_create(relcl_model *m, const relcl_model_batch *src, 
   }
   d->ws->busy = true;
   {
-    const size_t n_ib[N_IB] = {N, N, (size_t)d->B, N, (size_t)d->B, N};
+    const size_t hist_n = N * (size_t)d->Tc;
+    const size_t n_ib[N_IB] = {N, N, (size_t)d->B, N, (size_t)d->B, N, hist_n, hist_n};
     if ((st = ws_ensure(d->ctx, d->ws, W_WORK, used)) != RELCL_OK ||
         (st = ws_ensure(d->ctx, d->ws, W_MEM, mem_n)) != RELCL_OK ||
         (st = ws_ensure(d->ctx, d->ws, W_MEM2, mem_n)) != RELCL_OK)
       goto fail;
     for (int i = 0; i < N_IB; i++)
       if ((st = ws_ensure(d->ctx, d->ws, W_IB0 + i, n_ib[i])) != RELCL_OK) goto fail;
-    for (int i = 0; i < 4 * d->L; i++)
+    for (int i = 0; i < 2 * d->L; i++)
       if ((st = ws_ensure(d->ctx, d->ws, W_CACHE0 + i, cache_n)) != RELCL_OK) goto fail;
     /* I_ZEROS must hold zeros: a reused buffer may hold anything */
     if ((st = relcl__fill(d->ctx, Id(d, I_ZEROS), 0.0f, N)) != RELCL_OK ||
@@ -264,7 +262,8 @@ static relcl_status launch3(relcl_context *ctx, relcl__kernel_entry *k, const re
 }
 
 
-/* Keys or values of the new position (columns col.. of qkv (N, 3D)) into the cache at t. */
+/* Keys or values of the new position (columns col.. of qkv (N, 3D)) into the cache at t,
+ * each hypothesis's into its own row (and the history says so). */
 static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   relcl__kernel_entry *k;
   TRY(relcl__kernel(d->ctx, "decode", "cache_put", &k));
@@ -278,15 +277,18 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   RELCL__ARG(&a, d->dh);
   RELCL__ARG(&a, d->t);
   RELCL__ARG(&a, d->N);
+  relcl__buf_arg(&a, Id(d, I_HIST0 + d->cur), NULL);
   return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
 }
 
 /* Attention of nq queries per (b, h) of Q (B, H, nq, dh) over nk keys of K, V (matrix bh at
- * bh kv_stride) into Z, by kernels/decode.cl's attn_step (the decoder's shapes: see there).
- * Relative tables wK, wV as in relcl_attn_forward (absent: no relative term). */
+ * bh kv_stride; with hist, the caches' history, key j of (b, h) in cache row hist[b][j])
+ * into Z, by kernels/decode.cl's attn_step (the decoder's shapes: see there). Relative
+ * tables wK, wV as in relcl_attn_forward (absent: no relative term). */
 static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos0, int flags,
                               relcl_buf Q, relcl_buf K, relcl_buf V, size_t kv_stride,
-                              relcl_buf wK, relcl_buf wV, relcl_buf key_len, relcl_buf Z) {
+                              relcl_buf hist, relcl_buf wK, relcl_buf wV, relcl_buf key_len,
+                              relcl_buf Z) {
   relcl__kernel_entry *kern;
   TRY(relcl__kernel(d->ctx, "decode", "attn_step", &kern));
   const relcl_model_config *c = &d->m->cfg;
@@ -307,6 +309,9 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   relcl__buf_arg(&a, wK.mem ? wK : none, NULL);
   relcl__buf_arg(&a, wV.mem ? wV : none, NULL);
   relcl__buf_arg(&a, key_len.mem ? key_len : Id(d, I_ZEROS), NULL);
+  relcl__buf_arg(&a, hist.mem ? hist : Id(d, I_ZEROS), NULL);
+  const int hist_ld = hist.mem ? d->Tc : 0;
+  RELCL__ARG(&a, hist_ld);
   cl_uint pw = (cl_uint)d->pw;
   relcl__buf_arg(&a, Wk(d, d->probs), NULL);
   RELCL__ARG(&a, pw);
@@ -337,22 +342,23 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   return relcl__launch(d->ctx, kern, &a, 1, &global, &wg);
 }
 
-/* Row r of dst = the first t positions of row from[r] of src, for n rows (I_FROM). */
-static relcl_status cache_gather(relcl_decoder *d, relcl_buf src, relcl_buf dst, int n) {
+/* The history's row r = the first t positions of row from[r] (I_FROM), for n rows, into the
+ * other copy, which becomes the one in use */
+static relcl_status hist_gather(relcl_decoder *d, int n) {
   relcl__kernel_entry *k;
-  TRY(relcl__kernel(d->ctx, "decode", "cache_gather", &k));
+  TRY(relcl__kernel(d->ctx, "decode", "hist_gather", &k));
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   relcl__buf_arg(&a, Id(d, I_FROM), NULL);
-  relcl__buf_arg(&a, src, NULL);
-  relcl__buf_arg(&a, dst, NULL);
-  RELCL__ARG(&a, d->H);
+  relcl__buf_arg(&a, Id(d, I_HIST0 + d->cur), NULL);
+  relcl__buf_arg(&a, Id(d, I_HIST1 - d->cur), NULL);
   RELCL__ARG(&a, d->Tc);
-  RELCL__ARG(&a, d->dh);
   RELCL__ARG(&a, d->t);
   RELCL__ARG(&a, n);
-  const size_t len = (size_t)d->t * d->dh; /* the item shape: runs (kernels/decode.cl) */
-  const size_t n0 = relcl__row_item(d->ctx) ? (len + RELCL_GATHER_RUN - 1) / RELCL_GATHER_RUN : len;
-  return launch3(d->ctx, k, &a, n0, (size_t)d->H, (size_t)n);
+  size_t w = relcl__pow2_wg((size_t)d->t, k->max_wg < 64 ? k->max_wg : 64);
+  size_t global[2] = {((size_t)d->t + w - 1) / w * w, (size_t)n}, local[2] = {w, 1};
+  TRY(relcl__launch(d->ctx, k, &a, 2, global, local));
+  d->cur = 1 - d->cur;
+  return RELCL_OK;
 }
 
 /* a = F(u) - b, F one sub-layer of decoder layer l, *b the bias of F's last linear layer
@@ -379,8 +385,8 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
     TRY(relcl__heads_split(ctx, 1, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
     /* the tables say which relative terms there are (no rel_v with keys only) */
     TRY(attn_step(d, N, 1, d->t + 1, d->t, RELCL_STEP_CAUSAL, Wk(d, d->qh), cache(d, l, 0),
-                  cache(d, l, 1), (size_t)d->Tc * d->dh, opt(d, ap->rel_k), opt(d, ap->rel_v),
-                  RELCL_BUF_NONE, Wk(d, d->z)));
+                  cache(d, l, 1), (size_t)d->Tc * d->dh, Id(d, I_HIST0 + d->cur),
+                  opt(d, ap->rel_k), opt(d, ap->rel_v), RELCL_BUF_NONE, Wk(d, d->z)));
     /* (N, H, 1, dh) is already (N, D) */
     *b = P(d, ap->bo);
     return relcl__linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), RELCL_BUF_NONE, a);
@@ -391,8 +397,8 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
   /* the beam rows of a sentence are its queries: (B, beam, D) -> (B, H, beam, dh) */
   TRY(relcl__heads_split(ctx, 1, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
   TRY(attn_step(d, d->B, d->beam, d->S, 0, 0, Wk(d, d->qh), Mem(d, k), Mem(d, v),
-                (size_t)d->S * d->dh, RELCL_BUF_NONE, RELCL_BUF_NONE, Id(d, I_SRCLEN),
-                Wk(d, d->z)));
+                (size_t)d->S * d->dh, RELCL_BUF_NONE, RELCL_BUF_NONE, RELCL_BUF_NONE,
+                Id(d, I_SRCLEN), Wk(d, d->z)));
   TRY(relcl__heads_merge(ctx, 1, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
   *b = P(d, ap->bo);
   return relcl__linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), RELCL_BUF_NONE, a);
@@ -575,13 +581,12 @@ relcl_status relcl_decoder_select(relcl_decoder *d, int batch, const int32_t *so
     identity = identity && from[r] == r;
   }
   if (identity) return RELCL_OK;
-  /* gathers into the other copy of the caches (the positions so far) and of the encoder's
-   * keys and values ((H, S, dh) a row: the embedding kernel at scale 1, an exact copy) */
+  /* the history follows the hypotheses (the caches stay: kernels/decode.cl); the encoder's
+   * keys and values go into the other copy ((H, S, dh) a row: the embedding kernel at scale
+   * 1, an exact copy) */
   if (d->t > 0) {
     TRY(relcl__write(d->ctx, Id(d, I_FROM), from, (size_t)N));
-    for (int i = 0; i < 2 * d->L; i++)
-      TRY(cache_gather(d, cache_copy(d, d->cur, i), cache_copy(d, 1 - d->cur, i), N));
-    d->cur = 1 - d->cur;
+    TRY(hist_gather(d, N));
   }
   if (!same_sources) {
     const size_t BSD = (size_t)d->B * d->S * d->D, bSD = (size_t)batch * d->S * d->D;
