@@ -278,6 +278,11 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   RELCL__ARG(&a, d->t);
   RELCL__ARG(&a, d->N);
   relcl__buf_arg(&a, Id(d, I_HIST0 + d->cur), NULL);
+  if (relcl__row_item(d->ctx)) { /* the item shape: a head a work-item (kernels/decode.cl) */
+    const size_t n = (size_t)d->N * d->H, w = relcl__pow2_wg(n, k->max_wg < 64 ? k->max_wg : 64);
+    size_t global[3] = {(n + w - 1) / w * w, 1, 1}, local[3] = {w, 1, 1};
+    return relcl__launch(d->ctx, k, &a, 3, global, local);
+  }
   return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
 }
 
