@@ -110,6 +110,13 @@ inline __global const float *step_key(__global const float *x, __global const in
   __global const float *vb = V + v_off + (size_t)(hr ? sr.h : sr.bh) * kv_stride
 
 #ifdef RELCL_ROW_ITEM
+/* Ask for the dh floats at p (CPUs with clang: PoCL) */
+#if defined(RELCL_CLANG) && defined(RELCL_POCL)
+#define STEP_PREFETCH(p, dh)                                                                \
+  for (int l_ = 0; l_ < (dh); l_ += 16) __builtin_prefetch((p) + l_, 0, 3)
+#else
+#define STEP_PREFETCH(p, dh) ((void)0)
+#endif
 /* attn_step in the item shape (CPUs): a work-item per query row g (rows of them), the same
  * sums in the same order as a work-group of `lanes` work-items would make them (the host
  * passes the group shape's size): the softmax's sum as `lanes` partial sums, key j in partial
@@ -126,8 +133,25 @@ inline void step_dots(__global const float *q, __global const float *x, __global
   for (int j = 0; j < n; j += 8) {
     __global const float *xr[8];
     _Pragma("unroll") for (int u = 0; u < 8; u++) xr[u] = step_key(x, hr, row, min(j + u, n - 1), dh);
+    for (int u = j + 8; u < min(j + 16, n); u++) STEP_PREFETCH(step_key(x, hr, row, u, dh), dh);
+    int c = 0;
+#ifdef RELCL_POCL
+    /* on PoCL eight columns of the eight rows at a time, transposed in registers (common.cl):
+     * lane u of e8 is row u's sum, still in order of c (Oclgrind's checker misreads the
+     * shuffles: element by element there) */
+    float8 e8 = (float8)(0.0f);
+    for (; c + 8 <= dh; c += 8) {
+      float8 v[8];
+      _Pragma("unroll") for (int u = 0; u < 8; u++) v[u] = vload8(0, xr[u] + c);
+      RELCL_TRANSPOSE8(v);
+      _Pragma("unroll") for (int cc = 0; cc < 8; cc++) e8 += q[c + cc] * v[cc];
+    }
+    float e[8];
+    vstore8(e8, 0, e);
+#else
     float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int c = 0; c < dh; c++) {
+#endif
+    for (; c < dh; c++) {
       const float qc = q[c];
       _Pragma("unroll") for (int u = 0; u < 8; u++) e[u] += qc * xr[u][c];
     }
@@ -157,6 +181,7 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
   step_dots(q, kb, hr, row, n, dh, p);
   float mx = -FLT_MAX;
   for (int j = 0; j < n; j++) {
+    STEP_PREFETCH(step_key(vb, hr, row, j, dh), dh); /* the weighted sum's rows of V */
     float e = p[j];
     if (flags & RELCL_STEP_REL_K) e += lab[clamp(j - pos, -k, k) + k - rlo];
     e *= scale;
