@@ -18,7 +18,7 @@ __kernel void cache_put(__global const float *x, uint x_off, int ld, __global fl
                         uint c_off, int H, int Tc, int dh, int t, int N, __global int *hist,
                         uint h_off) {
 #ifdef RELCL_ROW_ITEM
-  const int e = 0, h = get_global_id(0) % H, r = get_global_id(0) / H;
+  const int e = 0, r = get_global_id(0) / H, h = get_global_id(0) - r * H;
   if (r >= N) return;
   __global float *dst = cache + c_off + (((size_t)r * H + h) * Tc + t) * dh;
   __global const float *src = x + x_off + (size_t)r * ld + (size_t)h * dh;
