@@ -49,7 +49,7 @@ __kernel void hist_gather(__global const int *from, uint f_off, __global const i
  * relcl_attn_forward without dropout, for nq = 1 (self-attention of the new position) or
  * nq = beam (encoder-decoder attention of a sentence's hypotheses), where CLBlast's batched
  * GEMMs would spend most of their tiles on padding. One work-group (a power of two) per query
- * row g = (b H + h) nq + i at position pos = q_pos0 + i:
+ * row g = (b H + h) nq + i at position pos = q_pos0 + i (on CPUs a work-item: attn_step_row):
  *   e_j = (q . k_j + q . wK[r]) scale,  r = clamp(j - pos, -k, k) + k,  keys j < n unmasked
  *   z = sum_j softmax(e)_j (v_j + wV[r])
  * As in the design's incremental decoding, the relative terms cost only the labels the row
@@ -132,7 +132,8 @@ inline void step_dots(__global const float *q, __global const float *x, __global
                       size_t row, int n, int dh, __global float *out) {
   for (int j = 0; j < n; j += 8) {
     __global const float *xr[8];
-    _Pragma("unroll") for (int u = 0; u < 8; u++) xr[u] = step_key(x, hr, row, min(j + u, n - 1), dh);
+    _Pragma("unroll") for (int u = 0; u < 8; u++)
+      xr[u] = step_key(x, hr, row, min(j + u, n - 1), dh);
     for (int u = j + 8; u < min(j + 16, n); u++) STEP_PREFETCH(step_key(x, hr, row, u, dh), dh);
     int c = 0;
 #ifdef RELCL_POCL

@@ -12,7 +12,9 @@
  * The encoder-decoder attention of a step is one call per layer with the beam rows of a
  * sentence as its nq = beam queries: the source's keys are stored once, not beam times.
  * Both attentions of a step run in kernels/decode.cl's attn_step (one work-group per query
- * row: the relative terms cost the labels in use, the prefix only its content terms); every
+ * row, or on CPUs one work-item: the relative terms cost the labels in use, the prefix only
+ * its content terms); the self-attention's caches stay where each position was written, and
+ * beam search reorders only their history (decode.cl's top comment); every
  * other op is the one the full pass uses (model_graph.c), in the same order, so the two
  * differ only in summation order (the fused attention, GEMMs of other shapes). */
 #include "flags.h" /* RELCL_STEP_*: shared with kernels/decode.cl */
@@ -109,9 +111,9 @@ static relcl__dec_ws *ws_new(int L) {
  * floats or ids), else replaced by a new one, zeroed (CLBlast's tiles may read, then discard,
  * entries past a matrix's end: they must not be garbage). The caches are not zeroed: only
  * decode.cl's kernels touch them, and those read no position before cache_put has written
- * it (zeroing them was 6% of relcl-translate's device time on the demo's test set, session
- * 32). A buffer that grows grows by half at least: batches sorted by length ask for a little
- * more each time. */
+ * it (zeroing them took 84 of the 222 ms of zeroing when relcl-translate decoded the demo's
+ * test set, session 32). A buffer that grows grows by half at least: batches sorted by
+ * length ask for a little more each time. */
 static relcl_status ws_ensure(relcl_context *ctx, relcl__dec_ws *ws, int i, size_t n) {
   if (ws->buf[i] && ws->cap[i] >= n) return RELCL_OK;
   if (ws->buf[i] && n < ws->cap[i] + ws->cap[i] / 2) n = ws->cap[i] + ws->cap[i] / 2;
@@ -119,7 +121,8 @@ static relcl_status ws_ensure(relcl_context *ctx, relcl__dec_ws *ws, int i, size
   ws->buf[i] = NULL;
   ws->cap[i] = 0;
   relcl_status st = relcl_alloc(ctx, n, &ws->buf[i]);
-  if (st == RELCL_OK && i < W_CACHE0) st = relcl__fill(ctx, relcl_buf_at(ws->buf[i], 0), 0.0f, n);
+  if (st == RELCL_OK && i < W_CACHE0)
+    st = relcl__fill(ctx, relcl_buf_at(ws->buf[i], 0), 0.0f, n);
   if (st == RELCL_OK) ws->cap[i] = n;
   return st;
 }
@@ -279,7 +282,8 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   RELCL__ARG(&a, d->N);
   relcl__buf_arg(&a, Id(d, I_HIST0 + d->cur), NULL);
   if (relcl__row_item(d->ctx)) { /* the item shape: a head a work-item (kernels/decode.cl) */
-    const size_t n = (size_t)d->N * d->H, w = relcl__pow2_wg(n, k->max_wg < 64 ? k->max_wg : 64);
+    const size_t n = (size_t)d->N * d->H;
+    const size_t w = relcl__pow2_wg(n, k->max_wg < 64 ? k->max_wg : 64);
     size_t global[3] = {(n + w - 1) / w * w, 1, 1}, local[3] = {w, 1, 1};
     return relcl__launch(d->ctx, k, &a, 3, global, local);
   }
