@@ -217,10 +217,11 @@ int tm_translate(relcl_model *model, const relcl_spm *spm, const char *const *li
     say(err, errsize, "out of host memory");
     goto done;
   }
-  /* the batches longest first: the model's and the decoder's buffers then grow once, where
-   * shortest first had them grow (reallocated and zeroed) batch after batch: 30 zeroings of
-   * the model's buffers (303 MB) for the demo's 1,000 test sentences, 4% of relcl-translate's
-   * device time (session 32). The batches and their sentences are the same either way. */
+  /* the batches longest first: the model's and the decoder's buffers then grow at most once
+   * a call, where shortest first had them grow (reallocated and zeroed) batch after batch: 30
+   * zeroings of the model's buffers (303 MB) for the demo's 1,000 test sentences, 4% of
+   * relcl-translate's device time (session 32). The batches and their sentences are the same
+   * either way. */
   const size_t n_batches = (n_items + (size_t)BS - 1) / (size_t)BS;
   for (size_t bi = n_batches; bi-- > 0;) {
     const size_t b0 = bi * (size_t)BS;
