@@ -100,6 +100,29 @@ inline __global const float *step_key(__global const float *x, __global const in
   return x + (hr ? (size_t)hr[j] * row : 0) + (size_t)j * dh;
 }
 
+/* Column c of attn_step's weighted sum before the softmax's 1 / sum: the weights p[] of the n
+ * rows of V (step_key), then the label sums of the R rows of the table window wv (with
+ * RELCL_STEP_REL_V), in order */
+inline float step_column(__global const float *p, __global const float *vb,
+                         __global const int *hr, size_t row, int n, int dh,
+                         __global const float *bucket, __global const float *wv, int R,
+                         int flags, int c) {
+  float acc = 0.0f;
+  for (int j = 0; j < n; j++) acc += p[j] * step_key(vb, hr, row, j, dh)[c];
+  if (flags & RELCL_STEP_REL_V)
+    for (int r = 0; r < R; r++) acc += bucket[r] * wv[(size_t)r * dh + c];
+  return acc;
+}
+
+/* attn_step's arguments but its local scratch (the item shape's attn_step_row takes them) */
+#define STEP_PARAMS                                                                         \
+  __global const float *Q, uint q_off, __global const float *K, uint k_off,                 \
+      __global const float *V, uint v_off, uint kv_stride, __global const float *wK,        \
+      uint wk_off, __global const float *wV, uint wv_off, __global const int *key_len,      \
+      uint kl_off, __global const int *hist, uint h_off, int hist_ld, __global float *P,    \
+      uint p_off, uint pw, __global float *Z, uint z_off, int H, int nq, int nk, int dh,    \
+      int k, int q_pos0, int flags, float scale, int rows, int lanes
+
 /* attn_step's kb, vb, hr and row for query row sr: with a history (hist_ld > 0, the
  * self-attention's caches) hypothesis b's row of it and head h's matrix in cache row 0, cache
  * rows H kv_stride apart; else matrix bh at bh kv_stride and no history */
@@ -160,14 +183,7 @@ inline void step_dots(__global const float *q, __global const float *x, __global
   }
 }
 
-inline void attn_step_row(__global const float *Q, uint q_off, __global const float *K,
-                          uint k_off, __global const float *V, uint v_off, uint kv_stride,
-                          __global const float *wK, uint wk_off, __global const float *wV,
-                          uint wv_off, __global const int *key_len, uint kl_off,
-                          __global const int *hist, uint h_off, int hist_ld,
-                          __global float *P, uint p_off, uint pw, __global float *Z, uint z_off,
-                          int H, int nq, int nk, int dh, int k, int q_pos0, int flags,
-                          float scale, int rows, int lanes) {
+inline void attn_step_row(STEP_PARAMS) {
   const int g = get_global_id(0);
   if (g >= rows) return;
   const step_row_t sr = step_row_of(g, H, nq, nk, k, q_pos0, flags, key_len, kl_off);
@@ -207,8 +223,8 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
   int c = 0;
   /* eight columns a vector, up to eight vectors at once: each column its own sum, in order,
    * the vectors independent chains that overlap */
-  for (; c + 8 <= dh; c += 64) {
-    const int nv = min((dh - c) / 8, 8);
+  for (int nv; c + 8 <= dh; c += 8 * nv) {
+    nv = min((dh - c) / 8, 8);
     float8 acc[8];
     _Pragma("unroll") for (int v = 0; v < 8; v++) acc[v] = (float8)(0.0f);
     for (int j = 0; j < n; j++) {
@@ -223,27 +239,12 @@ inline void attn_step_row(__global const float *Q, uint q_off, __global const fl
         _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) acc[v] += br * vload8(v, wr);
       }
     _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) vstore8(acc[v] * inv, v, z + c);
-    if (nv < 8) c = c + 8 * nv - 64; /* the columns left: fewer than eight */
   }
-  for (; c < dh; c++) {
-    float acc = 0.0f;
-    for (int j = 0; j < n; j++) acc += p[j] * step_key(vb, hr, row, j, dh)[c];
-    if (flags & RELCL_STEP_REL_V)
-      for (int r = 0; r < R; r++) acc += bucket[r] * wv[(size_t)r * dh + c];
-    z[c] = acc * inv;
-  }
+  for (; c < dh; c++) z[c] = step_column(p, vb, hr, row, n, dh, bucket, wv, R, flags, c) * inv;
 }
 #endif
 
-__kernel void attn_step(__global const float *Q, uint q_off, __global const float *K,
-                        uint k_off, __global const float *V, uint v_off, uint kv_stride,
-                        __global const float *wK, uint wk_off, __global const float *wV,
-                        uint wv_off, __global const int *key_len, uint kl_off,
-                        __global const int *hist, uint h_off, int hist_ld,
-                        __global float *P, uint p_off, uint pw, __global float *Z, uint z_off,
-                        int H, int nq, int nk, int dh, int k, int q_pos0, int flags,
-                        float scale, int rows, int lanes, __local float *red,
-                        __local float *q) {
+__kernel void attn_step(STEP_PARAMS, __local float *red, __local float *q) {
 #ifdef RELCL_ROW_ITEM
   attn_step_row(Q, q_off, K, k_off, V, v_off, kv_stride, wK, wk_off, wV, wv_off, key_len, kl_off,
                 hist, h_off, hist_ld, P, p_off, pw, Z, z_off, H, nq, nk, dh, k, q_pos0, flags,
@@ -292,13 +293,10 @@ __kernel void attn_step(__global const float *Q, uint q_off, __global const floa
     for (int r = lid; r < R; r += wg) bucket[r] = step_bucket(p, r, rlo, k, pos, n);
     barrier(CLK_GLOBAL_MEM_FENCE);
   }
-  for (int c = lid; c < dh; c += wg) {
-    float acc = 0.0f;
-    for (int j = 0; j < n; j++) acc += p[j] * step_key(vb, hr, row, j, dh)[c];
-    if (flags & RELCL_STEP_REL_V)
-      for (int r = 0; r < R; r++) acc += bucket[r] * wV[wv_off + t_at + (size_t)(rlo + r) * dh + c];
-    Z[z_off + (size_t)g * dh + c] = acc * inv;
-  }
+  __global const float *wv = wV + wv_off + t_at + (size_t)rlo * dh;
+  for (int c = lid; c < dh; c += wg)
+    Z[z_off + (size_t)g * dh + c] =
+        step_column(p, vb, hr, row, n, dh, bucket, wv, R, flags, c) * inv;
 #endif
 }
 

@@ -281,12 +281,8 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   RELCL__ARG(&a, d->t);
   RELCL__ARG(&a, d->N);
   relcl__buf_arg(&a, Id(d, I_HIST0 + d->cur), NULL);
-  if (relcl__row_item(d->ctx)) { /* the item shape: a head a work-item (kernels/decode.cl) */
-    const size_t n = (size_t)d->N * d->H;
-    const size_t w = relcl__pow2_wg(n, k->max_wg < 64 ? k->max_wg : 64);
-    size_t global[3] = {(n + w - 1) / w * w, 1, 1}, local[3] = {w, 1, 1};
-    return relcl__launch(d->ctx, k, &a, 3, global, local);
-  }
+  if (relcl__row_item(d->ctx)) /* the item shape: a head a work-item (kernels/decode.cl) */
+    return launch3(d->ctx, k, &a, (size_t)d->N * d->H, 1, 1);
   return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
 }
 
@@ -363,9 +359,7 @@ static relcl_status hist_gather(relcl_decoder *d, int n) {
   RELCL__ARG(&a, d->Tc);
   RELCL__ARG(&a, d->t);
   RELCL__ARG(&a, n);
-  size_t w = relcl__pow2_wg((size_t)d->t, k->max_wg < 64 ? k->max_wg : 64);
-  size_t global[2] = {((size_t)d->t + w - 1) / w * w, (size_t)n}, local[2] = {w, 1};
-  TRY(relcl__launch(d->ctx, k, &a, 2, global, local));
+  TRY(launch3(d->ctx, k, &a, (size_t)d->t, (size_t)n, 1));
   d->cur = 1 - d->cur;
   return RELCL_OK;
 }

@@ -76,8 +76,9 @@ relcl_status relcl__linear_backward_heads(relcl_context *ctx, int rows, int in, 
                                           relcl_buf db);
 /* relcl__linear_backward (dx overwritten) of a linear layer whose input x is a ReLU's output,
  * with ReLU's backward in dx: dx = dy W where x > 0, else 0 (the feed-forward's second
- * layer); x's and dx's rows ld floats apart (in, or relcl__act_ld's). The mask goes into the product's store where relcl's gemm_cpu runs it, else
- * relu_bwd runs after it; the same bits either way. */
+ * layer); x's and dx's rows ld floats apart (in, or relcl__act_ld's). The mask goes into the
+ * product's store where relcl's gemm_cpu runs it, else relu_bwd runs after it; the same bits
+ * either way. */
 relcl_status relcl__relu_linear_backward(relcl_context *ctx, int rows, int in, int out,
                                          relcl_buf x, relcl_buf W, relcl_buf dy, relcl_buf dx,
                                          size_t ld, relcl_buf dW, relcl_buf db);
