@@ -247,6 +247,11 @@ static const layer_case cases[] = {
     /* A transposed, its rows 1024 floats or more apart; slices of 512 + 288 */
     {OP_BATCHED, "single A^T 1030x260x300 beta", 1030, 260, 300, 0, 13},
     {OP_BATCHED, "single A^T 1025x256x800", 1025, 256, 800, 0, 9},
+    /* A as laid out and a sum over 1024: slices of 512 on AVX-512 devices (512 + 512 + 276),
+     * beta on the first only; a wide B of over 2 MB (more than half of any L2 up to 4 MB),
+     * whose work-items go down the rows first there */
+    {OP_BATCHED, "single 40x70x1300 beta", 40, 70, 1300, 0, 12},
+    {OP_BATCHED, "single B^T 10x1100x520", 10, 1100, 520, 0, 10},
     /* a short sum (k <= 64), A and B as laid out, 64 rows or more: gemm_cpu_batch over
      * blocks of 32 rows (24 with AVX2's 6-row blocks), B shared; a last, shorter block */
     {OP_BATCHED, "single 150x40x33 beta", 150, 40, 33, 0, 12},
@@ -259,6 +264,7 @@ static const layer_case cases[] = {
     {OP_RELU_LINEAR, "relu linear 130x33x100", 130, 33, 100, 0, 0},
     {OP_RELU_LINEAR, "relu linear 37x1030x80", 37, 1030, 80, 0, 0},
     {OP_RELU_LINEAR, "relu linear 96x64x40", 96, 64, 40, 0, 0},
+    {OP_RELU_LINEAR, "relu linear 20x40x1100 (sliced sum)", 20, 40, 1100, 0, 0},
     /* the feed-forward's four ops with the hidden's rows padded: a rows, b d, c hidden, flag
      * the padding (floats a row); the issue-8 model's 1024 padded to 1040 as relcl__act_ld
      * pads it on AVX2 CPUs, over several work-items of gemm_cpu's four blocks of rows */

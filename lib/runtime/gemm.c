@@ -427,8 +427,18 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
      * with the operands out of cache (a 96 MB fill before each call), median of 7: A^T
      * 256x1024x4000 21.4 ms with B's columns shared against 34.8, 1048x8000x256 (B^T) 37.0
      * against 46.8; with A's rows 4000x1024x256 (B^T) 15.0 against 20.8, its input
-     * gradient's 16.3 against 22.8, A^T 8000x256x1048 64.9 against 84.2. */
-    const cl_int rows_first = ctx->cpu_vec >= 16 ? n > 512 : n > m;
+     * gradient's 16.3 against 22.8, A^T 8000x256x1048 64.9 against 84.2.
+     *
+     * On AVX-512 devices only where B's columns also fill more than half of L2 (cpu_l2): a
+     * B that fits streams from L2 while A's rows stay in L1. Sapphire Rapids-class Xeon (2
+     * MB L2), a harness alternating both, operands out of cache: B^T 4000x1024x256 (B 1 MB)
+     * 6.35 against 8.16 ms with A's rows shared, B^T 4000x768x256 4.49 against 5.84,
+     * 4000x1024x256 (B as laid out) 6.89 against 9.12; B^T 1048x8000x256 (B 8 MB) 16.5 against
+     * 23.2 with B's columns shared, A^T 256x1024x4000 (slices of 512: B 2 MB) 9.3 against
+     * 11.4. On the Zen 5 (1 MB L2) every product the first rule shares B's columns in holds
+     * 768 KB or more of B. */
+    const cl_int rows_first =
+        ctx->cpu_vec >= 16 ? n > 512 && k * n * sizeof(float) > ctx->cpu_l2 / 2 : n > m;
     RELCL__ARG(&args, rows_first);
     /* what the store applies (gemm_run's epilogues): ReLU's backward with its mask, a bias
      * (then ReLU) with its row; C in M's place without one */
@@ -509,9 +519,17 @@ static how_t route(const relcl_context *ctx, bool trans_a, bool trans_b, size_t 
      * and B read in panels (gemm_run), both streams in order, and one piece is faster: Zen 3
      * EPYC (AVX2), a harness alternating both, median of 7: A^T 256x1024x4000 22.4 -> 19.4 ms,
      * 1024x256x4000 21.9 -> 20.6, 768x256x4000 17.3 -> 15.1, 8000x256x1048 44.8 -> 39.4
-     * (slices of 384 or 1024 were no better than 512). */
+     * (slices of 384 or 1024 were no better than 512).
+     *
+     * On AVX-512 devices a product with A as laid out and a sum over 1024 goes in slices of
+     * 512 too (the output layer's input gradient, 1048x256x8000): in one piece each block of
+     * rows reads all of B's panels (8 MB), which on a core with 2 MB of L2 come from memory
+     * every time. Sapphire Rapids-class Xeon (AVX-512, 2 MB L2 a core, session 33), a harness
+     * alternating both with the operands out of cache, median of 9: 1048x256x8000 33.6 ->
+     * 14.4 ms (128 -> 299 GFLOP/s), 856x256x8000 27.8 -> 12.1; slices of 768 and 1024 within
+     * 5% of 512, of 2048 25.7 ms. */
     how = CPU;
-    if (trans_a && k > 768 && ctx->cpu_vec >= 16) *len = 512;
+    if (ctx->cpu_vec >= 16 && (trans_a ? k > 768 : k > 1024)) *len = 512;
   } else if (batch == 1) {
     how = CLBLAST;
     const size_t chunk = ctx->gemm_k_chunk;

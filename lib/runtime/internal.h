@@ -70,6 +70,7 @@ struct relcl_context {
   bool gemm_cpu;   /* single products in relcl's gemm_cpu (kernels/gemm.cl), not CLBlast's:
                    * CPUs, RELCL_CPU_GEMM */
   int cpu_vec;     /* its vector width, relcl__cpu_vec */
+  size_t cpu_l2;   /* a CPU device's L2 cache a core, in bytes (relcl__host_l2) */
   bool gemm_heads; /* batched products in relcl's kernels (kernels/gemm.cl: gemm_cpu,
                     * gemm_cpu_bt, gemm_heads_dots), not CLBlast's: CPUs, RELCL_HEAD_GEMM */
   bool attn_fused; /* attention's forward in one kernel a head where it can (kernels/gemm.cl
@@ -137,6 +138,9 @@ typedef struct relcl__tuning_device {
 /* The host CPU's vendor, family and model ("AuthenticAMD family 23 model 1", from CPUID on
  * x86), or "" where relcl cannot tell. */
 void relcl__host_cpu(char *buf, size_t size);
+/* The L2 cache of the host's first CPU in bytes (Linux's sysfs), 1 MiB where it does not
+ * say: a CPU device's (PoCL runs on the host's cores), for gemm.c's choices. */
+size_t relcl__host_l2(void);
 void relcl__tuning_describe(cl_platform_id platform, cl_device_id device,
                             relcl__tuning_device *dev);
 /* How well the tuning file text fits dev, ranked: 3 measured on it (same device name and

@@ -86,6 +86,17 @@ void relcl__host_cpu(char *buf, size_t size) {
 #endif
 }
 
+size_t relcl__host_l2(void) {
+  size_t bytes = (size_t)1 << 20;
+  FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
+  char unit = 'K';
+  unsigned long v = 0;
+  if (f && fscanf(f, "%lu%c", &v, &unit) >= 1 && v > 0)
+    bytes = unit == 'M' ? v << 20 : unit == 'K' ? v << 10 : (size_t)v;
+  if (f) fclose(f);
+  return bytes;
+}
+
 int relcl__tuning_rank(const char *text, const relcl__tuning_device *dev) {
   cJSON *root = cJSON_Parse(text);
   int rank = 0;
