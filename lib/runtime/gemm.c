@@ -125,28 +125,36 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
 /* gemm_cpu's B in panels of 2 W columns (kernels/gemm.cl's gemm_pack): each block of the
  * product then reads its rows one after the other, where B's own rows, ldb floats apart,
  * cross a page every few steps of the sum (or every step: ldb 1024 or more), and the CPU's
- * prefetchers stop at pages. B as laid out is copied into panels when its rows are a page or
- * more apart, its sum longer than RELCL_CPU_PACK_K and C at least RELCL_CPU_PACK_REUSE rows
- * (the copy moves k n floats once, the product reads them once per block of rows;
- * gemm_run's copy of a transposed A asks the same of C's columns); a transposed B goes into
- * panels as it is transposed, at no extra cost. Zen 5, relcl-bench's SGEMM measure (1024^3,
+ * prefetchers stop at pages. B as laid out is copied into panels when its sum is longer than
+ * RELCL_CPU_PACK_K and C has at least RELCL_CPU_PACK_REUSE rows (the copy moves k n floats
+ * once, the product reads them once per block of rows; gemm_run's copy of a transposed A asks
+ * the same of C's columns); a transposed B goes into panels as it is transposed, at no extra
+ * cost. On AVX-512 devices this first applied only to rows a page or more apart: Zen 5,
+ * relcl-bench's SGEMM measure (1024^3,
  * B transposed, rows 4 KB apart), four interleaved pairs: 281-346 GFLOP/s in rows of B,
  * 458-497 in panels; its issue-8 step's content GEMMs 486 and 490 -> 472 and 478 ms (B^T
  * 4000x1024x256 32 -> 28, A^T 256x1024x4000 37 -> 35, ...), where most rows are 1 KB apart.
  *
  * Where a block's row of B is one cache line or less (W 8 or 4: AVX2, SSE2, 128-bit SIMD), a
  * step of the sum reads one line of B, and rows 1 KB apart already starve the prefetchers:
- * there B goes into panels whatever ldb, for every product past gemm_cpu_batch's narrow ones
- * (k > RELCL_CPU_NARROW_K), and a transposed A is copied out likewise (RELCL_CPU_PACK_LD 0).
+ * there B goes into panels for every product past gemm_cpu_batch's narrow ones
+ * (k > RELCL_CPU_NARROW_K), and a transposed A is copied out likewise.
  * Zen 3 EPYC (AVX2), a harness alternating both rules, median of 5 to 15: 1048x256x8000 (the
  * output layer's input gradient, B rows 1 KB apart) 71 -> 33 ms, 4000x256x1024 20.8 -> 16.3,
  * 4000x1024x256 25.4 -> 20.9; A^T 768x256x4000 22.9 -> 17.9, 256x1024x4000 23.1 -> 19.2,
  * 8000x256x1048 52.1 -> 47.2; 512x128x128 to 512x512x128 (the tiny preset's) within 0.1 ms
  * either way. PoCL's SSE2 code on the same machine: 1048x256x8000 251 -> 167 ms, the others
- * within 5%. */
+ * within 5%.
+ *
+ * Since session 33 AVX-512 devices also pack whatever ldb (and copy out a transposed A
+ * whatever lda), where the rule above had asked for rows 1024 floats or more apart: on a
+ * Sapphire Rapids-class Xeon (2 MB L2 a core) relcl-bench's issue-8 step, two interleaved
+ * pairs, content GEMMs 671 and 655 -> 620 and 595 ms, the weight gradients A^T
+ * 256x1024x4000 57.5 and 56.9 -> 48.7 and 46.3 ms, 768x256x4000 42.3 and 42.5 -> 36.9 and
+ * 34.5, 256x256x4000 33.2 and 33.5 -> 29.3 and 28.6, the forward 4000x256x1024 36.5 and 37.0
+ * -> 33.9 and 34.4 (B's rows 1 KB apart). Not measured on the Zen 5 since. */
 #define RELCL_CPU_PACK_K(w) ((w) >= 16 ? 256 : RELCL_CPU_NARROW_K)
 #define RELCL_CPU_PACK_REUSE 256
-#define RELCL_CPU_PACK_LD(w) ((w) >= 16 ? 1024 : 0)
 
 /* op(B) (k x n: B k x n, ld ldb, or with trans B n x k) into panels of w = 2 W of its
  * columns in a scratch buffer *out the caller gives back to the pool: panel jb holds rows
@@ -648,20 +656,20 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K(w);
   cl_mem pk = NULL;
   size_t b_panel = 0;
-  if (long_single && !trans_b && m >= RELCL_CPU_PACK_REUSE && ldb >= RELCL_CPU_PACK_LD(w)) {
+  if (long_single && !trans_b && m >= RELCL_CPU_PACK_REUSE) {
     st = panels(ctx, false, b, ldb, k, n, &pk, &b_panel);
     if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
   }
-  /* A transposed with rows a page or more apart (a weight gradient over wide activations):
-   * op(A) copied out as laid out (ta false), whose block of rows the kernel reads as that
-   * many contiguous streams, where A^T's 8 floats a step come from a new page each. Zen 5,
+  /* A transposed (a weight gradient), with a long sum and C 256 columns or more: op(A) copied
+   * out as laid out (ta false), whose block of rows the kernel reads as that many contiguous
+   * streams, where A^T's 8 floats a step come from a new page each (rows a page or more
+   * apart) or every few steps (see RELCL_CPU_PACK_K's note). Zen 5,
    * relcl-bench's issue-8 step, two interleaved pairs: A^T 1024x256x4000 40.8 and 39.7 ->
    * 33.1 and 35.0 ms a step, A^T 8000x256x1048 the same (with A in panels of 8 columns
    * instead, 12-18% slower); content GEMMs 477 and 470 -> 461 and 454. */
   cl_mem pa = NULL;
   bool ta = trans_a;
-  if (st == RELCL_OK && long_single && trans_a && n >= RELCL_CPU_PACK_REUSE &&
-      lda >= RELCL_CPU_PACK_LD(w)) {
+  if (st == RELCL_OK && long_single && trans_a && n >= RELCL_CPU_PACK_REUSE) {
     st = transposed_copy(ctx, a, k, m, lda, &pa, x->sums);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
