@@ -269,8 +269,8 @@ int main(int argc, char **argv) {
     const char *name;
     relcl_positions pos;
     int per_head, keys_only, pre_norm, layers;
-    int d_ff; /* 0: base_config's; 512: rows 2 KB apart, which CPU contexts with four blocks
-               * of rows a work-item pad (relcl__act_ld) */
+    int d_ff; /* 0: base_config's; 512: rows 2 KB apart, which CPU contexts with 8 floats or
+               * fewer a vector pad (relcl__act_ld) */
   } variant;
   static const variant variants[] = {
       {"absolute post", RELCL_POS_ABSOLUTE, 0, 0, 0, 1, 0},

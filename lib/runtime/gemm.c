@@ -374,12 +374,10 @@ static size_t l1_sets(size_t ld) {
   return s == 0 ? 1 : 4096 / (g > 64 ? g : 64);
 }
 
-/* Whether gemm_cpu, where it runs a context's products, may run four blocks of rows a
- * work-item (cpu_product): with 8 floats or fewer a vector */
-static bool row_blocks(const relcl_context *ctx) { return ctx->gemm_cpu && ctx->cpu_vec <= 8; }
-
+/* The padded rows are measured with 8 floats or fewer a vector only (cpu_product's note on
+ * blocks); AVX-512 devices keep rows cols floats apart. */
 size_t relcl__act_ld(const relcl_context *ctx, size_t cols) {
-  return row_blocks(ctx) && l1_sets(cols) < 4 ? cols + 16 : cols;
+  return ctx->gemm_cpu && ctx->cpu_vec <= 8 && l1_sets(cols) < 4 ? cols + 16 : cols;
 }
 
 /* One product on CPU contexts (ctx->gemm_cpu), or a batch of them with B as laid out, in
@@ -460,8 +458,7 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                            split ? (cl_uint)split->heads : 0};
     for (int i = 0; i < 3; i++) RELCL__ARG(&args, sp[i]);
     /* How many blocks of rows a work-item runs, one under the other, with the same panel of
-     * B (gemm_cpu's `blocks`): with 8 floats or fewer a vector, four where the sum is at
-     * most RELCL_CPU_BLOCKS_K long and either consecutive work-items share B's panel
+     * B (gemm_cpu's `blocks`): four where the sum is at most RELCL_CPU_BLOCKS_K long and either consecutive work-items share B's panel
      * (rows_first) or C's rows fall in 4 or more of L1's sets (l1_sets): a work-item's 24
      * rows of C in one or two sets evict the lines of A and B its next blocks read. Zen 3 EPYC
      * (AVX2), harnesses alternating one and four blocks in one process (operands out of
@@ -479,10 +476,14 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
      *    0.91-1.00;
      *  - a sum past 1024: 1048x256x8000 1.08-1.30.
      * Two, three and six blocks gained less than four. Each element is the same sum either
-     * way. */
+     * way. Since session 33 on AVX-512 devices too (8 rows a block there): a Sapphire
+     * Rapids-class Xeon, relcl-bench's issue-8 step, two interleaved pairs, B^T 1048x8000x256
+     * 51.5 and 51.3 -> 45.9 and 43.7 ms, B^T +bias split 4000x768x256 35.2 and 32.9 -> 29.6
+     * and 29.5, B^T 4000x256x256 16.8 and 16.7 -> 15.2 and 15.4; the step 1.233 and 1.221 ->
+     * 1.286 and 1.251 steps/s (with B's columns shared only, 1.239 and 1.202). */
     const size_t c_ld = split ? split->head_dim : ldc; /* C's rows this far apart */
     const cl_uint blocks =
-        row_blocks(ctx) && k <= RELCL_CPU_BLOCKS_K && (rows_first || l1_sets(c_ld) >= 4)
+        k <= RELCL_CPU_BLOCKS_K && (rows_first || l1_sets(c_ld) >= 4)
             ? 4u
             : 1u;
     RELCL__ARG(&args, blocks);

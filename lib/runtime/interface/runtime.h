@@ -179,9 +179,9 @@ relcl_status relcl__gemm_store(relcl_context *ctx, bool trans_b, size_t m, size_
                                size_t ldc, relcl_buf bias, bool relu, const relcl__split *split,
                                bool *applied, bool *split_done);
 /* How far apart to lay the rows of an activation `cols` floats wide that relcl's products
- * write and read (the feed-forward's hidden): cols, or on contexts where gemm_cpu runs four
- * blocks of rows a work-item, cols + 16 where rows cols floats apart would fall in fewer
- * than 4 of L1's sets (gemm.c). */
+ * write and read (the feed-forward's hidden): cols, or on contexts where gemm_cpu runs the
+ * products with 8 floats or fewer a vector, cols + 16 where rows cols floats apart would
+ * fall in fewer than 4 of L1's sets (gemm.c). */
 size_t relcl__act_ld(const relcl_context *ctx, size_t cols);
 /* Whether relcl__gemm_store of this shape (A as laid out) stores C in the heads layout sp
  * (then its *split_done is true): the caller picks where C goes before the call. */
