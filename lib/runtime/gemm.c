@@ -152,8 +152,12 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
  * pairs, content GEMMs 671 and 655 -> 620 and 595 ms, the weight gradients A^T
  * 256x1024x4000 57.5 and 56.9 -> 48.7 and 46.3 ms, 768x256x4000 42.3 and 42.5 -> 36.9 and
  * 34.5, 256x256x4000 33.2 and 33.5 -> 29.3 and 28.6, the forward 4000x256x1024 36.5 and 37.0
- * -> 33.9 and 34.4 (B's rows 1 KB apart). Not measured on the Zen 5 since. */
-#define RELCL_CPU_PACK_K(w) ((w) >= 16 ? 256 : RELCL_CPU_NARROW_K)
+ * -> 33.9 and 34.4 (B's rows 1 KB apart). And every sum past gemm_cpu_batch's narrow ones,
+ * where AVX-512 had asked for one over 256: the feed-forward's input gradient (ReLU's
+ * backward in the store, 4000x1024x256, B's rows 4 KB apart) 48.6 and 52.7 -> 40.2 and 39.5
+ * ms, the other products within 4%; the step 1.303 and 1.297 -> 1.328 and 1.332 steps/s.
+ * Not measured on the Zen 5 since. */
+#define RELCL_CPU_PACK_K RELCL_CPU_NARROW_K
 #define RELCL_CPU_PACK_REUSE 256
 
 /* op(B) (k x n: B k x n, ld ldb, or with trans B n x k) into panels of w = 2 W of its
@@ -653,8 +657,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   st = RELCL_OK;
   /* gemm_cpu's single products with a long sum: B as laid out in panels (see panels()), one
    * copy for all slices */
-  const int w = ctx->cpu_vec;
-  const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K(w);
+  const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K;
   cl_mem pk = NULL;
   size_t b_panel = 0;
   if (long_single && !trans_b && m >= RELCL_CPU_PACK_REUSE) {
