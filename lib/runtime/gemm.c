@@ -630,21 +630,24 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   const size_t chunk = how == CPU && batch == 1 ? narrow_chunk(ctx, trans_a, trans_b, m, k) : 0;
   /* only gemm_cpu's single products take an epilogue, and a bias only in a sum of one piece
    * (ReLU's backward, 0 or 1 times each slice's sum, goes on every slice): the caller applies
-   * it otherwise. A bias only with 8 floats or fewer a vector: on the Zen 5 EPYC (AVX-512) a
-   * bias and ReLU in the store made the products 3 to 6% slower, more than the bias_add
-   * passes it saved (docs/speed.md, session 21); on the Zen 3 (AVX2) relcl-bench op by op
-   * put the products with and without it within 5% of each other (the spread of its runs)
-   * and the step lost its 18 bias_add passes (session 28). */
-  /* C in the heads layout (relcl__gemm_store), with a bias in the store also where the width
-   * would keep it apart (below): a product in the heads layout cannot leave it to bias_add */
+   * it otherwise. A bias at every width since session 33: on the Zen 5 EPYC (AVX-512) a
+   * bias and ReLU in the store had made the products 3 to 6% slower, more than the bias_add
+   * passes it saved (docs/speed.md, session 21), and AVX-512 kept them apart until then; on
+   * the Zen 3 (AVX2) relcl-bench op by op put the products with and without it within 5% of
+   * each other (the spread of its runs) and the step lost its 18 bias_add passes (session
+   * 28). On a Sapphire Rapids-class Xeon (AVX-512, session 33), two interleaved pairs of
+   * relcl-bench's issue-8 step: the feed-forward's first product and its bias_add 47.9 and
+   * 48.0 ms -> 44.7 and 41.8 with both in the product, the step's other element-wise passes
+   * 10.2 and 10.4 -> 5.8 and 5.7 ms; relcl-translate (beam 4, the demo's model), four pairs:
+   * 1.45-1.49 s -> 1.43-1.46, the same translations. */
+  /* C in the heads layout (relcl__gemm_store), which cannot leave a bias to bias_add */
   const relcl__split *split =
       x->split && split_ok(ctx, how, batch, chunk, len, k, m, n, x->split) &&
               !(epi & RELCL_GEMM_RELU_BWD) && (!(epi & RELCL_GEMM_BIAS) || x->mask.mem)
           ? x->split
           : NULL;
   x->split_done = split != NULL;
-  const bool bias_ok =
-      !(epi & RELCL_GEMM_BIAS) || (len == k && (ctx->cpu_vec <= 8 || split != NULL));
+  const bool bias_ok = !(epi & RELCL_GEMM_BIAS) || len == k;
   if (how != CPU || batch > 1 || chunk > 0 || !bias_ok || !x->mask.mem) epi = 0;
   x->applied = epi != 0;
   /* only gemm_cpu_batch's batches take a second term (relcl__gemm_plus runs it apart else) */
