@@ -155,6 +155,14 @@ int main(void) {
   if (proc_cpu[0])
     tu_check(strcmp(host_cpu, proc_cpu) == 0, "CPUID's model \"%s\" is /proc/cpuinfo's \"%s\"",
              host_cpu, proc_cpu);
+  /* the L2 size gemm.c's choices use (sysfs) against glibc's (CPUID), where glibc knows it */
+  const size_t l2 = relcl__host_l2();
+  tu_check(l2 >= 64 * 1024, "the host's L2: %zu bytes", l2);
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  const long l2_glibc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2_glibc > 0)
+    tu_check(l2 == (size_t)l2_glibc, "the L2 from sysfs (%zu) is glibc's (%ld)", l2, l2_glibc);
+#endif
   int p = -1, d = -1, dp, dd;
   relcl_status st = relcl_device_find(NULL, &dp, &dd);
   tu_check(st == RELCL_OK, "default device found: %d:%d", dp, dd);

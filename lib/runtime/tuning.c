@@ -86,15 +86,28 @@ void relcl__host_cpu(char *buf, size_t size) {
 #endif
 }
 
-size_t relcl__host_l2(void) {
-  size_t bytes = (size_t)1 << 20;
-  FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
-  char unit = 'K';
+/* A number from a sysfs file of cache index i (level, size), with its unit's letter in
+ * *unit where it has one; 0 where the file is missing or says nothing */
+static unsigned long cache_attr(int i, const char *name, char *unit) {
+  char path[96];
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i, name);
+  FILE *f = fopen(path, "r");
   unsigned long v = 0;
-  if (f && fscanf(f, "%lu%c", &v, &unit) >= 1 && v > 0)
-    bytes = unit == 'M' ? v << 20 : unit == 'K' ? v << 10 : (size_t)v;
-  if (f) fclose(f);
-  return bytes;
+  if (f) {
+    if (fscanf(f, "%lu%c", &v, unit) < 1) v = 0;
+    fclose(f);
+  }
+  return v;
+}
+
+size_t relcl__host_l2(void) {
+  for (int i = 0; i < 8; i++) { /* the index whose level is 2 (its order is not fixed) */
+    char unit = '\n';
+    if (cache_attr(i, "level", &unit) != 2) continue;
+    const unsigned long v = cache_attr(i, "size", &unit);
+    if (v > 0) return unit == 'M' ? (size_t)v << 20 : unit == 'K' ? (size_t)v << 10 : v;
+  }
+  return (size_t)1 << 20;
 }
 
 int relcl__tuning_rank(const char *text, const relcl__tuning_device *dev) {
