@@ -315,18 +315,28 @@ __kernel void row_topk(__global const float *z, uint z_off, int V, int N, int kk
   float tv[RELCL_TOPK_MAX];
   int ti[RELCL_TOPK_MAX];
   int n = 0;
-  for (int v = 0; v < V; v++) {
-    const float x = row[v];
-    if (x != x) continue;
-    if (n == kk && !(x > tv[n - 1])) continue;
-    int j = n < kk ? n++ : kk - 1; /* insertion after the equal ones: lower id first */
-    while (j > 0 && x > tv[j - 1]) {
-      tv[j] = tv[j - 1];
-      ti[j] = ti[j - 1];
-      j--;
+  for (int v = 0; v < V;) {
+    /* once kk are held, eight ids at a time where none is above the least held (NaN never
+     * is): those the loop below would pass over one by one. Xeon (session 33),
+     * relcl-translate on the demo's model (beam 4): 84 -> 52 ms for 411 calls, the run
+     * 1.46-1.50 s -> 1.42-1.47 (four pairs), the same translations */
+    if (n == kk && v + 8 <= V && !any(vload8(0, row + v) > (float8)(tv[kk - 1]))) {
+      v += 8;
+      continue;
     }
-    tv[j] = x;
-    ti[j] = v;
+    for (const int end = min(v + 8, V); v < end; v++) {
+      const float x = row[v];
+      if (x != x) continue;
+      if (n == kk && !(x > tv[n - 1])) continue;
+      int j = n < kk ? n++ : kk - 1; /* insertion after the equal ones: lower id first */
+      while (j > 0 && x > tv[j - 1]) {
+        tv[j] = tv[j - 1];
+        ti[j] = ti[j - 1];
+        j--;
+      }
+      tv[j] = x;
+      ti[j] = v;
+    }
   }
   for (int j = 0; j < kk; j++) {
     val[v_off + (size_t)r * kk + j] = j < n ? tv[j] : 0.0f;
