@@ -1,6 +1,18 @@
 /* Shared by every relcl program (prepended at build time): the counter-based RNG,
  * work-group reductions and the two shapes of the row kernels. OpenCL C 1.2, no extensions. */
 
+/* A request that the cache line at p be fetched, for a read (w 0) or a write (w 1): clang's
+ * builtin (a prefetch instruction on a CPU: gemm.cl, decode.cl) where the host asks for it (RELCL_POCL, a
+ * build option on PoCL: lib/runtime/program.c), nothing elsewhere. OpenCL's own prefetch()
+ * is empty in PoCL. */
+#if defined(RELCL_CLANG) && defined(RELCL_POCL)
+#define CPU_PREFETCH(p, w) __builtin_prefetch((p), (w), 3)
+#define CPU_PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
+#else
+#define CPU_PREFETCH(p, w) ((void)0)
+#define CPU_PREFETCH_L2(p) ((void)0)
+#endif
+
 /* Philox4x32-10 (Salmon et al., SC'11): the same integer arithmetic on every device, so a
  * dropout mask depends only on (seed, stream, index). Written on four scalars with the high
  * words taken from 64-bit products: PoCL calls a library routine for mul_hi and does not

@@ -133,13 +133,8 @@ inline float step_column(__global const float *p, __global const float *vb,
   __global const float *vb = V + v_off + (size_t)(hr ? sr.h : sr.bh) * kv_stride
 
 #ifdef RELCL_ROW_ITEM
-/* Ask for the dh floats at p (CPUs with clang: PoCL) */
-#if defined(RELCL_CLANG) && defined(RELCL_POCL)
-#define STEP_PREFETCH(p, dh)                                                                \
-  for (int l_ = 0; l_ < (dh); l_ += 16) __builtin_prefetch((p) + l_, 0, 3)
-#else
-#define STEP_PREFETCH(p, dh) ((void)0)
-#endif
+/* Ask for the dh floats at p (common.cl's CPU_PREFETCH: nothing where it is empty) */
+#define STEP_PREFETCH(p, dh) for (int l_ = 0; l_ < (dh); l_ += 16) CPU_PREFETCH((p) + l_, 0)
 /* attn_step in the item shape (CPUs): a work-item per query row g (rows of them), the same
  * sums in the same order as a work-group of `lanes` work-items would make them (the host
  * passes the group shape's size): the softmax's sum as `lanes` partial sums, key j in partial

@@ -17,18 +17,6 @@
  * "Per-head products on a CPU"). Each element of C is one sum in a fixed order (CPU_MAD), the
  * same on every run. */
 
-/* A request that the cache line at p be fetched, for a read (w 0) or a write (w 1): clang's
- * builtin (a prefetch instruction on a CPU) where the host asks for it (RELCL_POCL, a
- * build option on PoCL: lib/runtime/program.c), nothing elsewhere. OpenCL's own prefetch()
- * is empty in PoCL. */
-#if defined(RELCL_CLANG) && defined(RELCL_POCL)
-#define CPU_PREFETCH(p, w) __builtin_prefetch((p), (w), 3)
-#define CPU_PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
-#else
-#define CPU_PREFETCH(p, w) ((void)0)
-#define CPU_PREFETCH_L2(p) ((void)0)
-#endif
-
 
 /* One term of a sum, a b + c: a fused multiply-add where the compiler says its target has
  * the instruction (clang's __FMA__ on x86, __ARM_FEATURE_FMA on Arm), mad elsewhere. PoCL
