@@ -516,11 +516,16 @@ inline void relcl_bwd_row_item(__global float *dd, __global const float *g, uint
                                       seed_hi, drop_threshold);
     if (j + 8 <= lim) {
       float8 da = vload8(0, dd + j);
-      if (flags & RELCL_GATHER) {
-        float t[8];
-        for (int l = 0; l < 8; l++)
-          t[l] = g[(size_t)(relcl_label(j + l, pq, k) - rlo) * g_label];
-        da += vload8(0, t);
+      if (flags & RELCL_GATHER) { /* a vector where the labels are consecutive (the forward's
+                                   * relcl_fwd_row_item) */
+        if (g_label == 1 && j - pq >= -k && j + 7 - pq <= k) {
+          da += vload8(0, g + (j - pq + k - rlo));
+        } else {
+          float t[8];
+          for (int l = 0; l < 8; l++)
+            t[l] = g[(size_t)(relcl_label(j + l, pq, k) - rlo) * g_label];
+          da += vload8(0, t);
+        }
       }
       if (flags & RELCL_DROPOUT) da = select((float8)(0.0f), da * drop_scale, keep);
       vstore8(da, 0, dd + j);
