@@ -259,7 +259,7 @@ typedef enum { SUB_SELF, SUB_CROSS, SUB_FFN } sub_kind;
 
 static relcl_status launch3(relcl_context *ctx, relcl__kernel_entry *k, const relcl__args *a,
                             size_t n0, size_t n1, size_t n2) {
-  size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
+  size_t w = relcl__wg(ctx, n0, k->max_wg < 64 ? k->max_wg : 64);
   size_t global[3] = {(n0 + w - 1) / w * w, n1, n2}, local[3] = {w, 1, 1};
   return relcl__launch(ctx, k, a, 3, global, local);
 }
@@ -340,7 +340,8 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   RELCL__ARG_LOCAL(&a, item ? sizeof(float) : wg * sizeof(float));
   RELCL__ARG_LOCAL(&a, item ? sizeof(float) : (size_t)d->dh * sizeof(float));
   if (item) {
-    size_t local = relcl__pow2_wg((size_t)rows, 16), global = (rows + local - 1) / local * local;
+    size_t local = relcl__wg(d->ctx, (size_t)rows, 16);
+    size_t global = (rows + local - 1) / local * local;
     return relcl__launch(d->ctx, kern, &a, 1, &global, &local);
   }
   size_t global = (size_t)rows * wg;
@@ -519,7 +520,7 @@ relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_bu
   relcl__buf_arg(&a, val, NULL);
   relcl__buf_arg(&a, id, NULL);
   relcl__buf_arg(&a, z0, NULL);
-  size_t w = relcl__pow2_wg((size_t)N, k->max_wg < 64 ? k->max_wg : 64);
+  size_t w = relcl__wg(ctx, (size_t)N, k->max_wg < 64 ? k->max_wg : 64);
   size_t global = ((size_t)N + w - 1) / w * w;
   return relcl__launch(ctx, k, &a, 1, &global, &w);
 }

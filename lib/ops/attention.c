@@ -151,7 +151,7 @@ static size_t gather_label(const plan *p, bool per_head) { return per_head ? p->
 static relcl_status launch_product(relcl_context *ctx, relcl__kernel_entry *k,
                                    const relcl__args *a, size_t n0, size_t n1, size_t m,
                                    size_t n, size_t kk) {
-  size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
+  size_t w = relcl__wg(ctx, n0, k->max_wg < 64 ? k->max_wg : 64);
   size_t global[2] = {(n0 + w - 1) / w * w, n1}, local[2] = {w, 1};
   return relcl__launch_product(ctx, k, a, 2, global, local, m, n, kk);
 }

@@ -42,7 +42,7 @@ static relcl_status no_ctx(const char *op) {
 
 static relcl_status launch_1d(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                               size_t n) {
-  size_t wg = relcl__pow2_wg(n, k->max_wg < 128 ? k->max_wg : 128);
+  size_t wg = relcl__wg(ctx, n, k->max_wg < 128 ? k->max_wg : 128);
   size_t global = (n + wg - 1) / wg * wg;
   return relcl__launch(ctx, k, a, 1, &global, &wg);
 }
@@ -58,7 +58,7 @@ static relcl_status launch_elements(relcl_context *ctx, relcl__kernel_entry *k, 
 /* Global (n0, n1[, n2]) with groups (w, 1[, 1]); the kernels guard the rounded-up n0. */
 static relcl_status launch_nd(relcl_context *ctx, relcl__kernel_entry *k, relcl__args *a,
                               cl_uint dims, size_t n0, size_t n1, size_t n2) {
-  size_t w = relcl__pow2_wg(n0, k->max_wg < 64 ? k->max_wg : 64);
+  size_t w = relcl__wg(ctx, n0, k->max_wg < 64 ? k->max_wg : 64);
   size_t global[3] = {(n0 + w - 1) / w * w, n1, n2}, local[3] = {w, 1, 1};
   return relcl__launch(ctx, k, a, dims, global, local);
 }

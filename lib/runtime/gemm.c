@@ -95,7 +95,7 @@ static relcl_status transpose_run(relcl_context *ctx, relcl_buf x, size_t rows, 
   /* blocks of 8 x 8 a work-item, or of 16 x 16 in the item shape (kernels/util.cl) */
   const size_t side = transpose_side(ctx);
   const size_t bc = (cols + side - 1) / side;
-  size_t wg[2] = {relcl__pow2_wg(bc, k->max_wg < 16 ? k->max_wg : 16), 1};
+  size_t wg[2] = {relcl__wg(ctx, bc, k->max_wg < 16 ? k->max_wg : 16), 1};
   size_t global[2] = {(bc + wg[0] - 1) / wg[0] * wg[0], (rows + side - 1) / side};
   cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, 2, NULL, global, wg, 0, NULL, NULL);
   return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(transpose)");

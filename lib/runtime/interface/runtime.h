@@ -74,6 +74,10 @@ relcl_status relcl__launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
                                 size_t rows, size_t width, int locals, bool item);
 /* Largest power of two <= limit and <= want rounded up to a power of two, >= 1. */
 size_t relcl__pow2_wg(size_t want, size_t limit);
+/* The work-group size for want work-items of a kernel that guards its range rounded up to it
+ * and whose work-items do not work together in the item shape: there (CPUs) always the
+ * largest power of two within limit, elsewhere relcl__pow2_wg. */
+size_t relcl__wg(const relcl_context *ctx, size_t want, size_t limit);
 
 /* ---- scratch buffers (pool.c): lent for the length of one call ---- */
 
