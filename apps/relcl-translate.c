@@ -51,11 +51,13 @@ static void usage(FILE *out) {
 }
 
 /* A batch of one short line, translated and thrown away before the clock starts. PoCL (CPUs)
- * compiles a kernel for the device at its first launch, and a first run after a build would
- * time the decoding kernels' compilation (training launches none of them) inside its first
- * batch: on a Sapphire Rapids-class Xeon the demo's test set took 2.7 s against 1.4 s in
- * later runs. Two output tokens at most: every decoding kernel runs in the first steps. Its
- * time counts as loading. */
+ * compiles a kernel for the device at its first launch, and a first run after a build timed
+ * the decoding kernels' compilation (training launches none of them) inside its batches: on
+ * a Sapphire Rapids-class Xeon, the demo's test set from fresh caches took 8.0-8.4 s against
+ * 1.35-1.46 s in later runs; with this batch first 5.65 s, and with one work-group size a
+ * kernel as well (lib/runtime/kernel.c's relcl__wg) 1.76-1.86 s, the compilation counted as
+ * loading (9.7-9.9 s against 7.5-7.6). Two output tokens at most: every decoding kernel runs
+ * in the first steps. */
 static int warm_up(relcl_model *model, const relcl_spm *spm, const tm_opts *to, char *err,
                    size_t errsize) {
   tm_opts w = *to;
