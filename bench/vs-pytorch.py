@@ -240,6 +240,40 @@ def cpu_model():
         return "? (no lscpu)"
 
 
+# OpenBLAS's x86 kernels without AVX2 (its core names, as openblas_get_corename gives them)
+PRE_AVX2_CORES = {"katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn",
+                  "dunnington", "nehalem", "atom", "opteron", "opteron_sse3", "barcelona",
+                  "bobcat", "sandybridge", "bulldozer", "piledriver", "steamroller"}
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                if ln.startswith("flags"):
+                    return set(ln.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def blas_core_note(core, flags):
+    """A note when OpenBLAS runs kernels older than the CPU's instruction set: a CPU newer
+    than the OpenBLAS build falls back to Prescott's SSE3 kernels (Debian's 0.3.21 on a Xeon
+    of CPUID model 207, session 35: PyTorch 2.46 times as slow as with its Cooperlake kernels).
+    None otherwise, and where OPENBLAS_CORETYPE decided (the caller's choice)."""
+    if core is None or core.lower() not in PRE_AVX2_CORES:
+        return None
+    best = ("Cooperlake" if "avx512_bf16" in flags else "SkylakeX" if "avx512f" in flags
+            else "Haswell" if "avx2" in flags else None)
+    if best is None:
+        return None
+    return ("note: OpenBLAS runs its %s kernels (no AVX2) on a CPU with %s: it does not know "
+            "this CPU, and PyTorch runs slower here than it could; OPENBLAS_CORETYPE=%s gives "
+            "it the kernels of the CPU's instruction set (say which the table used)"
+            % (core, "AVX2" if best == "Haswell" else "AVX-512", best))
+
+
 def shown(path):
     rel = os.path.relpath(path, ROOT)
     return path if rel.startswith("..") else rel
@@ -303,6 +337,9 @@ def main(argv):
         tr0["torch"], tr0["threads"], blas,
         "" if core is None else ", OpenBLAS kernels for %s (%s)" % (
             core, "forced by OPENBLAS_CORETYPE=%s" % forced if forced else "its own choice")))
+    note = None if forced else blas_core_note(core, cpu_flags())
+    if note:
+        print(note)
     if forced:
         print("note: OPENBLAS_CORETYPE=%s is set: PyTorch runs that CPU's kernels, not the ones "
               "OpenBLAS picks for this one; unset it for what a user gets" % forced)

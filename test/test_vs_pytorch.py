@@ -11,6 +11,8 @@ minute. No timing is asserted (the machine is shared); what is checked:
     its own initial values its first loss is about ln(vocab), and its loss follows relcl's
     step for step (same batches, same schedule; only the initial values and the dropout
     masks differ);
+  - the note on OpenBLAS kernels older than the CPU (blas_core_note: which cores and flags
+    call for one and which OPENBLAS_CORETYPE it names; the run prints it where this CPU does);
   - a wrong expected parameter count, a missing relcl-train and bad flags fail as documented.
 Exits 77 when /usr/bin/python3 has no torch (test/meson.build registers the test only where
 it has, since test.sh counts a skip as a failure).
@@ -18,6 +20,7 @@ it has, since test.sh counts a skip as a failure).
 usage: test_vs_pytorch.py PATH/TO/relcl-train SOURCE_ROOT
 Prints one line per check and ends with "N passed, M failed".
 """
+import importlib.util
 import json
 import lzma
 import math
@@ -41,8 +44,31 @@ def check(ok, what, detail=""):
         failed += 1
 
 
+def blas_note_checks(root):
+    """vs-pytorch.py's note on OpenBLAS kernels older than the CPU (no torch needed)"""
+    spec = importlib.util.spec_from_file_location(
+        "vs_pytorch", os.path.join(root, "bench", "vs-pytorch.py"))
+    vs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vs)
+    note = vs.blas_core_note
+    n = note("Prescott", {"sse3", "avx2", "avx512f", "avx512_bf16"})
+    check(n is not None and "OPENBLAS_CORETYPE=Cooperlake" in n and "Prescott" in n,
+          "OpenBLAS's Prescott kernels on an AVX-512 CPU with bf16: a note naming Cooperlake", n)
+    n = note("Prescott", {"sse3", "avx2", "avx512f"})
+    check(n is not None and "OPENBLAS_CORETYPE=SkylakeX" in n,
+          "... without bf16: SkylakeX", n)
+    n = note("Nehalem", {"sse3", "avx2"})
+    check(n is not None and "OPENBLAS_CORETYPE=Haswell" in n, "Nehalem's on an AVX2 CPU: Haswell",
+          n)
+    for core, flags in (("Haswell", {"avx2"}), ("SkylakeX", {"avx2", "avx512f"}),
+                        ("Prescott", {"sse3"}), (None, {"avx2"}), ("Zen", {"avx2"})):
+        check(note(core, flags) is None, "no note for %s kernels on %s" % (core, sorted(flags)))
+    return vs
+
+
 def main():
     train, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    vs = blas_note_checks(root)
     if subprocess.run([TORCH_PY, "-c", "import torch"], capture_output=True).returncode != 0:
         print("SKIP: %s cannot import torch" % TORCH_PY)
         sys.exit(77)
@@ -75,6 +101,11 @@ def main():
               r.stdout[-2000:])
         with open(out) as f:
             j = json.load(f)
+        want = None if j["openblas_coretype_env"] else vs.blas_core_note(j["openblas_core"],
+                                                                         vs.cpu_flags())
+        check(want in r.stdout if want else "note: OpenBLAS runs" not in r.stdout,
+              "the OpenBLAS note printed where this CPU calls for it (%s kernels: %s)"
+              % (j["openblas_core"], "a note" if want else "none"))
         for pos in ("relative", "absolute"):
             s = j["summary"][pos]
             rl, tr = s["relcl"]["median"], s["torch"]["median"]
