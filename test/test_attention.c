@@ -21,6 +21,7 @@ typedef struct attn_case {
   int rel, per_head, keys_only, causal, q_pos0;
   int padding; /* 0: none; 1: key_len[b] = nk - b (floored at 1); 2: also one empty sequence */
   float dropout;
+  float q_scale; /* Q's entries times this (0: 2, logits over a few units) */
 } attn_case;
 
 static const attn_case cases[] = {
@@ -66,6 +67,10 @@ static const attn_case cases[] = {
     {"d=64 causal cross", 2, 2, 32, 20, 64, 16, 1, 0, 0, 1, 0, 1, 0.1f},
     {"long rows", 1, 2, 40, 300, 16, 16, 1, 0, 0, 0, 0, 0, 0.0f},
     {"long causal", 1, 2, 290, 290, 8, 16, 1, 0, 0, 1, 0, 0, 0.1f},
+    /* logits hundreds apart: a row's maximum must be the largest of all its keys, or exp
+     * overflows (a maximum that missed half of a vector's lanes passed every case above) */
+    {"large logits", 2, 2, 16, 16, 8, 3, 1, 0, 0, 0, 0, 1, 0.0f, 300.0f},
+    {"large logits causal", 2, 2, 19, 19, 8, 3, 1, 0, 0, 1, 0, 0, 0.1f, 300.0f},
 };
 
 typedef struct tensors {
@@ -105,9 +110,11 @@ static tensors make_tensors(const attn_case *c, uint64_t seed) {
   t.wK = tu_alloc_host(t.nW);
   t.wV = tu_alloc_host(t.nW);
   t.dZ = tu_alloc_host(t.nQ);
-  /* scale Q so logits spread over a few units: softmax far from uniform and far from one-hot */
+  /* scale Q so logits spread over a few units: softmax far from uniform and far from one-hot
+   * (or by the case's q_scale) */
   tu_fill(t.Q, t.nQ, seed + 1);
-  for (size_t i = 0; i < t.nQ; i++) t.Q[i] *= 2.0f;
+  const float qs = c->q_scale > 0.0f ? c->q_scale : 2.0f;
+  for (size_t i = 0; i < t.nQ; i++) t.Q[i] *= qs;
   tu_fill(t.K, t.nKV, seed + 2);
   tu_fill(t.V, t.nKV, seed + 3);
   tu_fill(t.wK, t.nW, seed + 4);

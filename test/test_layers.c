@@ -157,6 +157,7 @@ static const layer_case cases[] = {
     {OP_XENT, "xent rows=1 V=5", 1, 5, 0, 0.1f, 4},
     {OP_XENT, "xent V=1000 large logits", 9, 1000, 0, 0.2f, 3},
     {OP_XENT, "xent V=7 all pad", 3, 7, 0, 0.1f, 8},
+    {OP_XENT, "xent V=40 one spike a row", 40, 40, 0, 0.1f, 16},
     /* argmax: a rows, b cols, flag = extra ld */
     {OP_ARGMAX, "argmax 1x1", 1, 1, 0, 0, 0},
     {OP_ARGMAX, "argmax ties NaN", 6, 9, 0, 0, 2},
@@ -1141,6 +1142,9 @@ static void check_xent(relcl_context *ctx, const layer_case *c) {
   tu_fill(z, n, 91);
   if (c->flag & 2) /* logits of +-100: exp overflows unless the max is subtracted */
     for (size_t i = 0; i < n; i++) z[i] *= 100.0f;
+  if (c->flag & 16) /* row r's logit r at 200, the rest within +-1: only the true maximum
+                     * keeps exp finite, wherever it falls (every lane of a vector, the tail) */
+    for (int r = 0; r < rows; r++) z[(size_t)r * V + (size_t)(r % V)] = 200.0f;
   int32_t *t = calloc((size_t)rows, 4);
   uint64_t s = 92;
   for (int r = 0; r < rows; r++) t[r] = (int32_t)(1 + tu_next(&s) % (uint64_t)(V - 1));
