@@ -610,7 +610,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
  *   its label sums into Bk (RELCL_BUCKET), each row as relcl_drop_row_item;
  *   dV = alpha'^T dZ;  D = dZ V^T;  with RELCL_GATHER in fb, G = dZ wV^T (nq x R);
  *   each row as attn_bwd_rows' (relcl_bwd_row_item, flags fb): D becomes the logits'
- *   gradient, its label sums go to Cb (RELCL_BUCKET);
+ *   gradient, its label sums go to Cb (RELCL_BUCKET); dropout's mask from alpha' in A
+ *   where the first step wrote it;
  *   dQ = D K (+ Cb wK with RELCL_BUCKET);  dK = D^T Q.
  * The tables' gradients (sums over every head) are left to the host, from Bk and Cb. A is
  * probs where there is no dropout; A, D, G, Bk and Cb are (BH nq nk), (BH nq nk) and (BH nq
@@ -654,6 +655,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
     attn_ask(Kb, n * dd, (uint)i, m); /* dQ's and dK's */
     attn_ask(Qb, m * dd, (uint)i, m);
     relcl_bwd_row_item(Db + (size_t)i * n, Gb + (size_t)i * r, 1u, ab + (size_t)i * n,
+                       (fd & RELCL_WRITE_A) && (fb & RELCL_DROPOUT) ? Ab + (size_t)i * n : 0,
                        Cbb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, len, nk, k, rlo, R, fb,
                        scale, drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo,
                        stream_hi);
