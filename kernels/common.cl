@@ -519,10 +519,10 @@ inline void relcl_drop_row_item(__global const float *a, __global float *ad_out,
  * the kernels apart (Philox) give the same bits. */
 inline void relcl_bwd_row_item(__global float *dd, __global const float *g, uint g_label,
                                __global const float *a, __global const float *ad,
-                               __global float *cb, int row, int pq,
-                               int len, int nk, int k, int rlo, int R, int flags, float scale,
-                               uint drop_threshold, float drop_scale, uint seed_lo,
-                               uint seed_hi, uint stream_lo, uint stream_hi) {
+                               __global float *cb, int row, int pq, int len, int nk, int k,
+                               int rlo, int R, int flags, float scale, uint drop_threshold,
+                               float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
+                               uint stream_hi) {
   /* The item shape: eight keys at a time, the unmasked ones the prefix j < lim; the dot
    * product in lanes (relcl_lanes_sum), then the keys of the partial vectors in order. */
   const int lim = min(len, (flags & RELCL_CAUSAL) ? max(pq + 1, 0) : nk);
