@@ -74,7 +74,7 @@ static int warm_up(relcl_model *model, const relcl_spm *spm, const tm_opts *to, 
   } else {
     for (size_t i = 0; i < n; i++) lines[i] = "a warm-up line";
     e = tm_translate(model, spm, lines, n, &w, res, NULL, NULL, &stats, err, errsize);
-    for (size_t i = 0; res && i < n * k; i++) free(res[i]);
+    for (size_t i = 0; i < n * k; i++) free(res[i]);
   }
   free(lines);
   free(res);

@@ -482,21 +482,23 @@ inline void attn_bt_few(__local float *Bt, uint m, uint nn, uint k, __global con
   for (uint i0 = 0; i0 < m; i0 += 2 * CPU_W) {
     const uint mm = min(m - i0, 2u * CPU_W);
     bt_stage(Bt, A + (size_t)i0 * lda, lda, k, mm);
-    uint j = 0;
     /* four columns at a time: eight chains of FMAs side by side, where a column's two
      * waited on their own latency at each step, each step's rows loaded once, and a row's
      * four results stored as one (perf: a column's scalar stores had been most of this
-     * function). The same sums in the same order: the same bits. Attention fwd+bwd alone
-     * (model-207 Xeon, two contexts alternated, median of 20-30): relcl-bench's default
-     * shape (17 labels) 1.016-1.031 times as fast, issue 8's 1.033, causal 1.103. */
-    for (; j + 4 <= nn; j += 4) {
-      __global const float *b = B + (size_t)j * k;
+     * function); past the last column the last again, not stored. The same sums in the same
+     * order: the same bits. Attention fwd+bwd alone (model-207 Xeon, two contexts
+     * alternated, median of 20-30): relcl-bench's default shape (17 labels) 1.016-1.031
+     * times as fast, issue 8's 1.033, causal 1.103. */
+    for (uint j = 0; j < nn; j += 4) {
+      const uint nq = min(nn - j, 4u);
+      __global const float *b[4];
+      for (uint q = 0; q < 4; q++) b[q] = B + (size_t)(j + min(q, nq - 1)) * k;
       CPU_VEC c0[4], c1[4];
       for (int q = 0; q < 4; q++) c0[q] = c1[q] = (CPU_VEC)(0.0f);
       for (uint p = 0; p < k; p++) {
         const CPU_VEC r0 = CPU_VLOAD(0, Bt + p * 2 * CPU_W), r1 = CPU_VLOAD(1, Bt + p * 2 * CPU_W);
         _Pragma("unroll") for (int q = 0; q < 4; q++) {
-          const CPU_VEC bv = (CPU_VEC)(b[(size_t)q * k + p]);
+          const CPU_VEC bv = (CPU_VEC)(b[q][p]);
           c0[q] = CPU_MAD(r0, bv, c0[q]);
           c1[q] = CPU_MAD(r1, bv, c1[q]);
         }
@@ -506,22 +508,13 @@ inline void attn_bt_few(__local float *Bt, uint m, uint nn, uint k, __global con
         CPU_VSTORE(c0[q], 0, l[q]);
         CPU_VSTORE(c1[q], 1, l[q]);
       }
-      /* a row's four columns in one store */
-      for (uint i = 0; i < mm; i++)
-        vstore4((float4)(l[0][i], l[1][i], l[2][i], l[3][i]), 0, C + (size_t)(i0 + i) * ldc + j);
-    }
-    for (; j < nn; j++) {
-      __global const float *b = B + (size_t)j * k;
-      CPU_VEC c0 = (CPU_VEC)(0.0f), c1 = (CPU_VEC)(0.0f);
-      for (uint p = 0; p < k; p++) {
-        const CPU_VEC bv = (CPU_VEC)(b[p]);
-        c0 = CPU_MAD(CPU_VLOAD(0, Bt + p * 2 * CPU_W), bv, c0);
-        c1 = CPU_MAD(CPU_VLOAD(1, Bt + p * 2 * CPU_W), bv, c1);
+      for (uint i = 0; i < mm; i++) {
+        __global float *c = C + (size_t)(i0 + i) * ldc + j;
+        if (nq == 4)
+          vstore4((float4)(l[0][i], l[1][i], l[2][i], l[3][i]), 0, c);
+        else
+          for (uint q = 0; q < nq; q++) c[q] = l[q][i];
       }
-      float l[2 * CPU_W];
-      CPU_VSTORE(c0, 0, l);
-      CPU_VSTORE(c1, 1, l);
-      for (uint i = 0; i < mm; i++) C[(size_t)(i0 + i) * ldc + j] = l[i];
     }
   }
 }

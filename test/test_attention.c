@@ -21,52 +21,52 @@ typedef struct attn_case {
   int rel, per_head, keys_only, causal, q_pos0;
   int padding; /* 0: none; 1: key_len[b] = nk - b (floored at 1); 2: also one empty sequence */
   float dropout;
-  float q_scale; /* Q's entries times this (0: 2, logits over a few units) */
+  float q_scale; /* Q's entries times this: 2 spreads the logits over a few units */
 } attn_case;
 
 static const attn_case cases[] = {
-    /* name               B  H  nq  nk  d   k  rel ph ko cau q0 pad drop */
-    {"n=1", 2, 2, 1, 1, 4, 3, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"n<k", 2, 2, 3, 3, 8, 5, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"n=k", 1, 3, 4, 4, 8, 4, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"n>k", 2, 2, 13, 13, 8, 2, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"k=0", 2, 2, 7, 7, 8, 0, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"k=1", 1, 2, 9, 9, 6, 1, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"causal n>k", 2, 2, 11, 11, 8, 3, 1, 0, 0, 1, 0, 0, 0.0f, 0.0f},
-    {"causal n<k", 2, 2, 4, 4, 8, 6, 1, 0, 0, 1, 0, 0, 0.0f, 0.0f},
-    {"padding", 3, 2, 9, 9, 8, 3, 1, 0, 0, 0, 0, 1, 0.0f, 0.0f},
-    {"padding+empty", 3, 2, 6, 6, 8, 2, 1, 0, 0, 0, 0, 2, 0.0f, 0.0f},
-    {"causal+padding", 3, 2, 10, 10, 8, 4, 1, 0, 0, 1, 0, 1, 0.0f, 0.0f},
-    {"cross nq<nk", 2, 2, 5, 12, 8, 0, 0, 0, 0, 0, 0, 1, 0.0f, 0.0f},
-    {"cross nq>nk", 2, 2, 12, 5, 8, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"cross relative q0", 2, 2, 3, 9, 8, 3, 1, 0, 0, 0, 4, 0, 0.0f, 0.0f},
-    {"incremental step", 2, 2, 1, 7, 8, 3, 1, 0, 0, 1, 6, 0, 0.0f, 0.0f},
-    {"incremental k>t", 2, 2, 1, 3, 8, 5, 1, 0, 0, 1, 2, 0, 0.0f, 0.0f},
-    {"per-head", 2, 3, 8, 8, 8, 2, 1, 1, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"per-head causal pad", 3, 2, 7, 7, 8, 3, 1, 1, 0, 1, 0, 1, 0.0f, 0.0f},
-    {"keys-only", 2, 2, 8, 8, 8, 3, 1, 0, 1, 0, 0, 0, 0.0f, 0.0f},
-    {"keys-only per-head", 2, 2, 6, 6, 8, 2, 1, 1, 1, 1, 0, 0, 0.0f, 0.0f},
-    {"relative off", 2, 2, 8, 8, 8, 2, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"d=5", 2, 2, 9, 9, 5, 3, 1, 0, 0, 0, 0, 1, 0.0f, 0.0f},
-    {"d=7 per-head", 1, 2, 6, 6, 7, 2, 1, 1, 0, 1, 0, 0, 0.0f, 0.0f},
-    {"d=1", 1, 1, 5, 5, 1, 2, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
+    /* name               B  H  nq  nk  d   k  rel ph ko cau q0 pad drop qs */
+    {"n=1", 2, 2, 1, 1, 4, 3, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"n<k", 2, 2, 3, 3, 8, 5, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"n=k", 1, 3, 4, 4, 8, 4, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"n>k", 2, 2, 13, 13, 8, 2, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"k=0", 2, 2, 7, 7, 8, 0, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"k=1", 1, 2, 9, 9, 6, 1, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"causal n>k", 2, 2, 11, 11, 8, 3, 1, 0, 0, 1, 0, 0, 0.0f, 2.0f},
+    {"causal n<k", 2, 2, 4, 4, 8, 6, 1, 0, 0, 1, 0, 0, 0.0f, 2.0f},
+    {"padding", 3, 2, 9, 9, 8, 3, 1, 0, 0, 0, 0, 1, 0.0f, 2.0f},
+    {"padding+empty", 3, 2, 6, 6, 8, 2, 1, 0, 0, 0, 0, 2, 0.0f, 2.0f},
+    {"causal+padding", 3, 2, 10, 10, 8, 4, 1, 0, 0, 1, 0, 1, 0.0f, 2.0f},
+    {"cross nq<nk", 2, 2, 5, 12, 8, 0, 0, 0, 0, 0, 0, 1, 0.0f, 2.0f},
+    {"cross nq>nk", 2, 2, 12, 5, 8, 0, 0, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"cross relative q0", 2, 2, 3, 9, 8, 3, 1, 0, 0, 0, 4, 0, 0.0f, 2.0f},
+    {"incremental step", 2, 2, 1, 7, 8, 3, 1, 0, 0, 1, 6, 0, 0.0f, 2.0f},
+    {"incremental k>t", 2, 2, 1, 3, 8, 5, 1, 0, 0, 1, 2, 0, 0.0f, 2.0f},
+    {"per-head", 2, 3, 8, 8, 8, 2, 1, 1, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"per-head causal pad", 3, 2, 7, 7, 8, 3, 1, 1, 0, 1, 0, 1, 0.0f, 2.0f},
+    {"keys-only", 2, 2, 8, 8, 8, 3, 1, 0, 1, 0, 0, 0, 0.0f, 2.0f},
+    {"keys-only per-head", 2, 2, 6, 6, 8, 2, 1, 1, 1, 1, 0, 0, 0.0f, 2.0f},
+    {"relative off", 2, 2, 8, 8, 8, 2, 0, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"d=5", 2, 2, 9, 9, 5, 3, 1, 0, 0, 0, 0, 1, 0.0f, 2.0f},
+    {"d=7 per-head", 1, 2, 6, 6, 7, 2, 1, 1, 0, 1, 0, 0, 0.0f, 2.0f},
+    {"d=1", 1, 1, 5, 5, 1, 2, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
     /* the shared table's label kernels (attention.cl labels_shared, add_labels_shared) in
      * the item shape: rows not a multiple of their 4, d of whole vectors of 8 and with a
      * tail of 4, labels R = 33 (five vectors of 8, the last partial) */
-    {"d=64 k=16", 3, 2, 11, 11, 64, 16, 1, 0, 0, 0, 0, 1, 0.0f, 0.0f},
-    {"d=12 causal", 1, 3, 13, 13, 12, 5, 1, 0, 0, 1, 0, 0, 0.0f, 0.0f},
-    {"dropout", 2, 2, 10, 10, 8, 3, 1, 0, 0, 0, 0, 1, 0.3f, 0.0f},
-    {"dropout causal per-head", 2, 2, 9, 9, 8, 2, 1, 1, 0, 1, 0, 0, 0.1f, 0.0f},
-    {"dropout keys-only", 2, 2, 7, 7, 8, 3, 1, 0, 1, 0, 0, 0, 0.5f, 0.0f},
+    {"d=64 k=16", 3, 2, 11, 11, 64, 16, 1, 0, 0, 0, 0, 1, 0.0f, 2.0f},
+    {"d=12 causal", 1, 3, 13, 13, 12, 5, 1, 0, 0, 1, 0, 0, 0.0f, 2.0f},
+    {"dropout", 2, 2, 10, 10, 8, 3, 1, 0, 0, 0, 0, 1, 0.3f, 2.0f},
+    {"dropout causal per-head", 2, 2, 9, 9, 8, 2, 1, 1, 0, 1, 0, 0, 0.1f, 2.0f},
+    {"dropout keys-only", 2, 2, 7, 7, 8, 3, 1, 0, 1, 0, 0, 0, 0.5f, 2.0f},
     /* rows of 45 and 44 keys: a row's Philox calls start at the row (ceil(nk/4) a row) and
      * the item shape takes them 32 keys at a time */
-    {"dropout long padded", 2, 2, 6, 45, 8, 3, 1, 0, 0, 0, 0, 1, 0.2f, 0.0f},
-    {"large B*H", 8, 16, 17, 17, 8, 4, 1, 0, 0, 0, 0, 1, 0.0f, 0.0f},
+    {"dropout long padded", 2, 2, 6, 45, 8, 3, 1, 0, 0, 0, 0, 1, 0.2f, 2.0f},
+    {"large B*H", 8, 16, 17, 17, 8, 4, 1, 0, 0, 0, 0, 1, 0.0f, 2.0f},
     /* issue 8's heads: d = 64 (whole blocks of gemm_cpu's 2 W columns), 32 keys, k = 16 */
-    {"d=64 n=32 dropout", 3, 2, 32, 32, 64, 16, 1, 0, 0, 0, 0, 1, 0.1f, 0.0f},
-    {"d=64 causal cross", 2, 2, 32, 20, 64, 16, 1, 0, 0, 1, 0, 1, 0.1f, 0.0f},
-    {"long rows", 1, 2, 40, 300, 16, 16, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f},
-    {"long causal", 1, 2, 290, 290, 8, 16, 1, 0, 0, 1, 0, 0, 0.1f, 0.0f},
+    {"d=64 n=32 dropout", 3, 2, 32, 32, 64, 16, 1, 0, 0, 0, 0, 1, 0.1f, 2.0f},
+    {"d=64 causal cross", 2, 2, 32, 20, 64, 16, 1, 0, 0, 1, 0, 1, 0.1f, 2.0f},
+    {"long rows", 1, 2, 40, 300, 16, 16, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    {"long causal", 1, 2, 290, 290, 8, 16, 1, 0, 0, 1, 0, 0, 0.1f, 2.0f},
     /* logits hundreds apart: a row's maximum must be the largest of all its keys, or exp
      * overflows (a maximum that missed half of a vector's lanes passed every case above) */
     {"large logits", 2, 2, 16, 16, 8, 3, 1, 0, 0, 0, 0, 1, 0.0f, 300.0f},
@@ -110,11 +110,10 @@ static tensors make_tensors(const attn_case *c, uint64_t seed) {
   t.wK = tu_alloc_host(t.nW);
   t.wV = tu_alloc_host(t.nW);
   t.dZ = tu_alloc_host(t.nQ);
-  /* scale Q so logits spread over a few units: softmax far from uniform and far from one-hot
-   * (or by the case's q_scale) */
+  /* scale Q by the case's q_scale: at 2 the logits spread over a few units, softmax far from
+   * uniform and far from one-hot */
   tu_fill(t.Q, t.nQ, seed + 1);
-  const float qs = c->q_scale > 0.0f ? c->q_scale : 2.0f;
-  for (size_t i = 0; i < t.nQ; i++) t.Q[i] *= qs;
+  for (size_t i = 0; i < t.nQ; i++) t.Q[i] *= c->q_scale;
   tu_fill(t.K, t.nKV, seed + 2);
   tu_fill(t.V, t.nKV, seed + 3);
   tu_fill(t.wK, t.nW, seed + 4);
@@ -355,7 +354,7 @@ static void check_case(relcl_context *ctx, const attn_case *c) {
 /* k = 0 puts every pair on one label: the weights must equal those of attention with no
  * position information, and Z must differ by exactly wV[0] (the weights sum to 1). */
 static void check_k0_is_positionless(relcl_context *ctx) {
-  attn_case c0 = {"k=0", 2, 2, 9, 9, 8, 0, 1, 0, 0, 0, 0, 0, 0.0f, 0.0f};
+  attn_case c0 = {"k=0", 2, 2, 9, 9, 8, 0, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f};
   attn_case cn = c0;
   cn.rel = 0;
   relcl_attn_desc d0 = desc_of(&c0), dn = desc_of(&cn);
@@ -486,10 +485,10 @@ int main(int argc, char **argv) {
   }
   check_k0_is_positionless(ctx);
   static const attn_case fd_cases[] = {
-      {"fd relative", 2, 2, 6, 6, 4, 2, 1, 0, 0, 0, 0, 1, 0.0f, 0.0f},
-      {"fd per-head causal", 1, 2, 5, 5, 4, 3, 1, 1, 0, 1, 0, 0, 0.0f, 0.0f},
-      {"fd dropout", 1, 2, 6, 6, 4, 2, 1, 0, 0, 0, 0, 0, 0.2f, 0.0f},
-      {"fd cross q0", 1, 2, 3, 7, 4, 2, 1, 0, 0, 0, 3, 1, 0.0f, 0.0f},
+      {"fd relative", 2, 2, 6, 6, 4, 2, 1, 0, 0, 0, 0, 1, 0.0f, 2.0f},
+      {"fd per-head causal", 1, 2, 5, 5, 4, 3, 1, 1, 0, 1, 0, 0, 0.0f, 2.0f},
+      {"fd dropout", 1, 2, 6, 6, 4, 2, 1, 0, 0, 0, 0, 0, 0.2f, 2.0f},
+      {"fd cross q0", 1, 2, 3, 7, 4, 2, 1, 0, 0, 0, 3, 1, 0.0f, 2.0f},
   };
   for (size_t i = 0; i < sizeof fd_cases / sizeof *fd_cases; i++)
     check_finite_differences(ctx, &fd_cases[i]);
