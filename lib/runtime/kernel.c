@@ -95,7 +95,7 @@ relcl_status relcl__launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
   size_t limit = k->max_wg < 256 ? k->max_wg : 256, wg, global;
   if (item) {
     /* a work-group is a loop over its rows here: a few dozen rows amortize its start */
-    wg = relcl__pow2_wg(SIZE_MAX, k->max_wg < 64 ? k->max_wg : 64); /* as relcl__wg's */
+    wg = relcl__wg(ctx, rows, k->max_wg < 64 ? k->max_wg : 64);
     global = (rows + wg - 1) / wg * wg;
     for (int i = 0; i < locals; i++) RELCL__ARG_LOCAL(a, 4); /* unused in this shape */
   } else {
