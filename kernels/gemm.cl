@@ -461,6 +461,22 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
               b_span, nc, false);
 }
 
+/* The second pass of table_grads_cpu (below, CPUs with the item shape): table t's gradient
+ * window y_t (cols = R d floats) += the sum of its chunks' partials in chunk order
+ * (layers.cl's colsum_finish, the same sum), y_t at y0 + y0_off or y1 + y1_off. Global (cols,
+ * tables). */
+__kernel void table_grads_finish(__global const float *part, uint chunks, uint cols,
+                                 __global float *y0, uint y0_off, __global float *y1,
+                                 uint y1_off) {
+  const uint c = get_global_id(0), t = get_global_id(1);
+  if (c >= cols) return;
+  __global const float *p = part + (size_t)t * chunks * cols + c;
+  float s = 0.0f;
+  for (uint ch = 0; ch < chunks; ch++) s += p[(size_t)ch * cols];
+  __global float *y = t ? y1 + y1_off + c : y0 + y0_off + c;
+  *y = *y + s;
+}
+
 #ifdef RELCL_ROW_ITEM
 /* attn_bt's last block of C's columns where it has at most this many: the relative tables'
  * 2 k + 1 labels (33 at k 16; 17 with causal masking) leave one column past whole blocks of
@@ -556,6 +572,24 @@ inline void attn_ab(uint m, uint n, uint k, __global const float *A, uint lda, i
       else
         cpu_rows(i0, j0, m, n, k, 1.0f, 0.0f, A, lda, trans_a, B + j0, n, A2, lda2, B2 + j0, n,
                  k2, C + j0, ldc, false, 0, A, 0, B, C, A2, 0, false, C, 0, 0, 0, 0, 0);
+}
+
+/* A shared table's gradient on CPU devices (lib/ops/attention.c shared_table_grads), the
+ * first of two passes of fixed order, for one or two tables in one launch: table t's partial
+ * sums L^T X (R x d) over chunks of `chunk` rows (the last may be shorter), L (rows x R) and X
+ * (rows x d) at L0, X0 (t 0) or L1, X1 (t 1), into part + (t chunks + c) R d for chunk c.
+ * Each is gemm_cpu_batch's sum for one product (attn_ab), as relcl's GEMM door ran each
+ * table's chunks before: the same bits. Global (chunks, tables), local (1, 1). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void table_grads_cpu(
+    __global const float *L0, uint l0_off, __global const float *X0, uint x0_off,
+    __global const float *L1, uint l1_off, __global const float *X1, uint x1_off,
+    __global float *part, uint rows, int R, int d, uint chunk) {
+  const uint c = get_global_id(0), t = get_global_id(1), r = (uint)R, dd = (uint)d;
+  const uint i0 = c * chunk, len = min(rows - i0, chunk);
+  __global const float *L = (t ? L1 + l1_off : L0 + l0_off) + (size_t)i0 * r;
+  __global const float *X = (t ? X1 + x1_off : X0 + x0_off) + (size_t)i0 * dd;
+  attn_ab(r, dd, len, L, r, 1, X, L, 0, X, 0,
+          part + ((size_t)t * get_global_size(0) + c) * r * dd, dd);
 }
 
 /* Slice i of `of` of the len floats at p, asked for (CPU_PREFETCH) a slice at each of a head's

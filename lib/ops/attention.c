@@ -355,6 +355,71 @@ static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_b
   return st;
 }
 
+/* Both shared tables' gradients, dwV[window] += Bk^T dZ and dwK[window] += Cb^T Q (either
+ * may be absent: dW.mem NULL), over all rows, on CPUs with the item shape (relcl__row_item and
+ * relcl__own_products): the chunks shared_table_grad's GEMMs run, in one launch of
+ * kernels/gemm.cl's table_grads_cpu for both tables, each chunk's sum that of gemm_cpu_batch,
+ * and their finish in one launch of table_grads_finish, colsum_finish's sum: the bits of
+ * shared_table_grad for each table, in two launches instead of four to six. Model-207 Xeon,
+ * attention forward and backward alone, this and the separate launches in two builds
+ * alternated in one process (medians of 30, every output the same bits): relcl-bench's
+ * default shape (16 x 4 heads, 32 positions, d 32, k 8) 1.019 and 1.026 times as fast, causal
+ * 1.011 and 1.025, the backward alone 1.070; issue 8's shape (125 x 4, d 64, k 16) 1.037. */
+static bool grads_at_once(relcl_context *ctx) {
+  return relcl__row_item(ctx) && relcl__own_products(ctx);
+}
+
+static relcl_status shared_table_grads(relcl_context *ctx, const plan *p, relcl_buf Lv,
+                                       relcl_buf Xv, relcl_buf dwV, relcl_buf Lk, relcl_buf Xk,
+                                       relcl_buf dwK) {
+  /* table 0 the first one present, table 1 the other */
+  const bool v = dwV.mem != NULL, kk = dwK.mem != NULL;
+  const cl_uint tables = (cl_uint)v + (cl_uint)kk;
+  if (tables == 0) return RELCL_OK;
+  relcl_buf L0 = v ? Lv : Lk, X0 = v ? Xv : Xk, y0 = v ? dwV : dwK;
+  relcl_buf L1 = kk ? Lk : Lv, X1 = kk ? Xk : Xv, y1 = kk ? dwK : dwV;
+  size_t chunks = (p->rows + TABLE_GEMM_CHUNK - 1) / TABLE_GEMM_CHUNK;
+  const size_t chunk = (p->rows + chunks - 1) / chunks; /* as even as whole rows allow */
+  chunks = (p->rows + chunk - 1) / chunk;
+  const size_t cols = (size_t)p->R * p->d, win = (size_t)p->rlo * p->d;
+  relcl__kernel_entry *kp, *kf;
+  relcl_status st = relcl__kernel(ctx, "gemm", "table_grads_cpu", &kp);
+  if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "table_grads_finish", &kf);
+  cl_mem part = NULL;
+  if (st == RELCL_OK) st = relcl__pool_get(ctx, tables * chunks * cols * sizeof(float), &part);
+  if (st == RELCL_OK) {
+    const cl_uint rows = (cl_uint)p->rows, ch = (cl_uint)chunk;
+    const int R = p->R, d = (int)p->d;
+    relcl__args a = {kp->kernel, 0, CL_SUCCESS};
+    relcl__buf_arg(&a, L0, NULL);
+    relcl__buf_arg(&a, X0, NULL);
+    relcl__buf_arg(&a, L1, NULL);
+    relcl__buf_arg(&a, X1, NULL);
+    RELCL__ARG(&a, part);
+    RELCL__ARG(&a, rows);
+    RELCL__ARG(&a, R);
+    RELCL__ARG(&a, d);
+    RELCL__ARG(&a, ch);
+    const size_t global[2] = {chunks, tables}, local[2] = {1, 1};
+    st = relcl__launch_product(ctx, kp, &a, 2, global, local, (size_t)R, p->d,
+                               tables * p->rows);
+  }
+  if (st == RELCL_OK) {
+    const cl_uint nc = (cl_uint)chunks, nf = (cl_uint)cols;
+    relcl__args a = {kf->kernel, 0, CL_SUCCESS};
+    RELCL__ARG(&a, part);
+    RELCL__ARG(&a, nc);
+    RELCL__ARG(&a, nf);
+    relcl__buf_arg(&a, relcl_buf_at(y0.mem, y0.offset + win), NULL);
+    relcl__buf_arg(&a, relcl_buf_at(y1.mem, y1.offset + win), NULL);
+    const size_t wg = relcl__wg(ctx, cols, kf->max_wg < 128 ? kf->max_wg : 128);
+    const size_t global[2] = {(cols + wg - 1) / wg * wg, tables}, local[2] = {wg, 1};
+    st = relcl__launch(ctx, kf, &a, 2, global, local);
+  }
+  relcl__pool_put(ctx, part);
+  return st;
+}
+
 /* dW[window] += L^T (rows x R)^T . X (rows x d), summed over batch (and heads when shared),
  * in a fixed order. Per head, one strided-batched GEMM per sequence: the entries of one call
  * write different tables, so no two race and the sum over sequences keeps its order. */
@@ -638,10 +703,9 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
                                p->d);
   }
   /* dwV += B'^T dZ, dwK += C^T Q */
-  if (st == RELCL_OK && p->rel_v && dwV.mem)
-    st = table_grad(ctx, p, false, relcl_buf_at(Bm, 0), dZ, dwV);
-  if (st == RELCL_OK && p->rel && dwK.mem)
-    st = table_grad(ctx, p, false, relcl_buf_at(Cm, 0), Q, dwK);
+  if (st == RELCL_OK)
+    st = shared_table_grads(ctx, p, relcl_buf_at(Bm, 0), dZ, p->rel_v ? dwV : RELCL_BUF_NONE,
+                            relcl_buf_at(Cm, 0), Q, p->rel ? dwK : RELCL_BUF_NONE);
   relcl__pool_put(ctx, Am);
   relcl__pool_put(ctx, Dm);
   relcl__pool_put(ctx, Bm);
@@ -694,7 +758,9 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   /* dV = alpha'^T dZ;  dwV += B'^T dZ */
   st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, A, p.nq * p.nk, dZ, p.nq * p.d,
                      false, RELCL_BUF_NONE, RELCL_BUF_NONE, dV, dkv_ld);
-  if (st == RELCL_OK && p.rel_v && dwV.mem)
+  /* with both tables' gradients at once, at the end */
+  const bool at_once = !desc->per_head && grads_at_once(ctx);
+  if (st == RELCL_OK && p.rel_v && dwV.mem && !at_once)
     st = table_grad(ctx, &p, desc->per_head, Bb, dZ, dwV);
   if (st != RELCL_OK) goto done;
   /* dalpha' = dZ V^T (+ G at the labels, G = dZ wV^T) */
@@ -722,7 +788,11 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   if (st == RELCL_OK)
     st = heads_product(ctx, &p, desc->per_head, true, p.nk, p.nq, Db, p.nq * p.nk, Q,
                        p.nq * p.d, false, RELCL_BUF_NONE, RELCL_BUF_NONE, dK, dkv_ld);
-  if (st == RELCL_OK && p.rel && dwK.mem) st = table_grad(ctx, &p, desc->per_head, Cb, Q, dwK);
+  if (st == RELCL_OK && at_once)
+    st = shared_table_grads(ctx, &p, Bb, dZ, p.rel_v ? dwV : RELCL_BUF_NONE, Cb, Q,
+                            p.rel ? dwK : RELCL_BUF_NONE);
+  else if (st == RELCL_OK && p.rel && dwK.mem)
+    st = table_grad(ctx, &p, desc->per_head, Cb, Q, dwK);
 done:
   relcl__pool_put(ctx, Am);
   relcl__pool_put(ctx, Dm);
