@@ -55,6 +55,8 @@
 #define RELCL_CPU_MR(W) ((W) >= 16 ? 8 : 6)
 /* gemm.cl gemm_cpu_bt: the longest sum it takes (its local copy of B is this x 2 W floats) */
 #define RELCL_CPU_BT_KMAX 128
+/* gemm.cl's gemm_cpu_at: the longest slice of a weight gradient's sum (its local copy of A) */
+#define RELCL_CPU_AT_K 768
 /* W itself comes as a build option (lib/runtime/program.c: the device's native float vector
  * width, 16, 8 or 4); 16 where none is given */
 #ifndef RELCL_CPU_VEC

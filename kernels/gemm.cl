@@ -329,6 +329,101 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_pack(
   }
 }
 
+/* A weight gradient on CPU devices with 16 floats a vector (gemm.c's gemm_run: A transposed,
+ * B as laid out with rows of at most 256 floats, no batch), one slice of its sum: C (m x n,
+ * rows ldc apart) = alpha A^T B + beta C, A k x m (rows lda apart) and B k x n (rows ldb
+ * apart), k at most RELCL_CPU_AT_K. A work-item takes C's rows i0 .. i0 + AT_ROWS - 1
+ * (AT_ROWS = 4 CPU_MR = 32) and all its columns: it first copies op(A)'s AT_ROWS x k block
+ * into local memory (A's row p holds step p's 32 floats in one piece), as 4 blocks of 8 rows,
+ * then runs gemm_cpu's sum and store (cpu_store) for each block and each 2 W of B's columns,
+ * B's rows read in place, each step asking for B's row 16 steps on (CPU_PREFETCH). Each
+ * element is gemm_cpu's sum in the same order: the bits of the whole transposed copy of A,
+ * B in panels and gemm_cpu over them, which this replaces. Those copies went to memory and
+ * the product met their lines on another core; a host model of both on the model-207 Xeon
+ * (two threads, A^T 256x256x4000) ran at 132-141 GFLOP/s with the copies, 213-215 without.
+ * With with_sums, also A's column sums over chunks of 16 of its rows (transpose_sums' chunks
+ * and order: the same bits) at sums + ((k0 + p) / 16) m + i, k0 the slice's first row (a
+ * multiple of 16). Rows past m read row m - 1 and are not stored. Global (ceil(m /
+ * AT_ROWS)), local (1). */
+#ifdef RELCL_CPU_AT
+#if CPU_MR != 8
+#error "gemm_cpu_at takes blocks of 8 rows (16 floats a vector)"
+#endif
+#define AT_ROWS (4 * CPU_MR)
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_at(
+    uint m, uint n, uint k, float alpha, float beta, __global const float *A, uint a_off,
+    uint lda, __global const float *B, uint b_off, uint ldb, __global float *C, uint c_off,
+    uint ldc, __global float *sums, uint s_off, int with_sums, uint k0) {
+  __local float Ap[RELCL_CPU_AT_K * AT_ROWS];
+  const uint i0 = get_global_id(0) * AT_ROWS;
+  if (i0 >= m) return;
+  A += a_off;
+  B += b_off;
+  C += c_off;
+  /* op(A)'s block of AT_ROWS rows as 4 blocks of CPU_MR (8: RELCL_CPU_AT needs 16 floats a
+   * vector), each k x 8 floats p-major at Ap + bl k 8: a block's 16 KB stay in L1 while its
+   * sums run over every block of B's columns */
+  const bool whole = i0 + AT_ROWS <= m;
+  for (uint p = 0; p < k; p++) {
+    __global const float *ar = A + (size_t)p * lda + i0;
+    CPU_PREFETCH(ar + (size_t)16 * lda, 0);
+    CPU_PREFETCH(ar + (size_t)16 * lda + 16, 0);
+    for (uint bl = 0; bl < 4; bl++)
+      if (whole)
+        vstore8(vload8(0, ar + bl * 8), 0, Ap + (bl * k + p) * 8);
+      else
+        for (uint r = 0; r < 8; r++) Ap[(bl * k + p) * 8 + r] = ar[min(i0 + bl * 8 + r, m - 1) - i0];
+  }
+  if (with_sums) /* A's column sums over chunks of 16 rows, each in row order */
+    for (uint p0 = 0; p0 < k; p0 += 16)
+      for (uint bl = 0; bl < 4 && i0 + bl * 8 < m; bl++) {
+        __local const float *ab = Ap + bl * k * 8;
+        float8 t = vload8(0, ab + p0 * 8);
+        for (uint p = p0 + 1; p < min(k, p0 + 16); p++) t += vload8(0, ab + p * 8);
+        __global float *sr = sums + s_off + (size_t)((k0 + p0) / 16) * m + i0 + bl * 8;
+        if (i0 + bl * 8 + 8 <= m) {
+          vstore8(t, 0, sr);
+        } else {
+          float l[8];
+          vstore8(t, 0, l);
+          for (uint r = 0; i0 + bl * 8 + r < m; r++) sr[r] = l[r];
+        }
+      }
+  for (uint bl = 0; bl < 4 && i0 + bl * 8 < m; bl++) {
+    const uint i = i0 + bl * 8;
+    for (uint j0 = 0; j0 < n; j0 += 2 * CPU_W) {
+      __local const float *a[CPU_MR];
+      CPU_VEC c0[CPU_MR], c1[CPU_MR];
+      for (int r = 0; r < CPU_MR; r++) {
+        a[r] = Ap + bl * k * 8 + r;
+        c0[r] = c1[r] = (CPU_VEC)(0.0f);
+      }
+      __global const float *bj = B + j0;
+      if (j0 + 2 * CPU_W <= n) {
+        for (uint p = 0; p < k; p++) {
+          __global const float *bp = bj + (size_t)p * ldb;
+          CPU_PREFETCH(bp + (size_t)16 * ldb, 0);
+          CPU_PREFETCH(bp + (size_t)16 * ldb + 16, 0);
+          const CPU_VEC b0 = CPU_VLOAD(0, bp), b1 = CPU_VLOAD(1, bp);
+          CPU_STEP_R(p * 8, CPU_MR)
+        }
+      } else {
+        const uint nn = n - j0;
+        for (uint p = 0; p < k; p++) {
+          float bt[2 * CPU_W];
+          for (uint e = 0; e < 2 * CPU_W; e++) bt[e] = e < nn ? bj[(size_t)p * ldb + e] : 0.0f;
+          const CPU_VEC b0 = CPU_VLOAD(0, bt), b1 = CPU_VLOAD(1, bt);
+          CPU_STEP_R(p * 8, CPU_MR)
+        }
+      }
+      for (int r = 0; r < CPU_MR && i + r < m; r++)
+        cpu_store(C + (size_t)(i + r) * ldc + j0, C, 0, alpha * c0[r], alpha * c1[r], beta,
+                  n - j0);
+    }
+  }
+}
+#endif
+
 /* gemm_cpu's products in a batch of more than one (the per-head products): a work-item runs
  * all rows of a block of 2 W columns of one product, and with W 16 asks for the next
  * product's lines as it goes (CPU_ASK_SPAN). Global (ceil(n / 2 W), batch), local (1, 1). In

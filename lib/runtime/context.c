@@ -231,6 +231,7 @@ static relcl_status setup(relcl_context *ctx) {
   if (st == RELCL_OK) st = cpu_choice(ctx, "RELCL_ATTN", "fused", "apart", &ctx->attn_fused);
   if (st == RELCL_OK) st = cpu_vec_check();
   ctx->cpu_vec = relcl__cpu_vec(ctx->device);
+  ctx->gemm_at = ctx->gemm_cpu && relcl__cpu_at(ctx->device, ctx->row_item);
   ctx->cpu_l2 = relcl__host_l2();
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {

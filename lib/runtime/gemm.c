@@ -501,6 +501,50 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   return st;
 }
 
+/* The widest B (and rows of B) gemm_cpu_at reads in place: B's rows 1 KB apart or less, a
+ * slice of 512 of them (512 KB) in L2 while consecutive work-items (C's rows) read it. With
+ * B's rows 2 or 4 KB apart (n 512, 1024) and B in panels instead, the old path was as fast
+ * or faster (A^T 128x512x512 1.15 of its time, 256x1024x4000 1.04-1.12). */
+#define RELCL_CPU_AT_COLS 256
+
+/* One slice of a weight gradient, C = alpha A^T B + beta C over k rows of A and B (a and b at
+ * the slice's first row k0), in relcl's gemm_cpu_at (kernels/gemm.cl), which copies each
+ * work-item's block of A^T into local memory and reads B in place; with sums.mem set, A's
+ * column sums by chunks of 16 rows there, chunk (k0 + p) / 16 at m floats a chunk.
+ * Model-207 Xeon, a harness running this build and the one before it (transposed copy of A,
+ * B in panels, gemm_cpu) alternated in one process, medians of 31 to 61 pairs, the same
+ * bits: relcl-bench's default configuration's A^T 512x128x512 0.75 of the time, 2000x128x512
+ * 0.79, 384x128x512 0.77, 256x128x512 0.76, 128x128x512 1.00; issue 8's A^T 256x256x4000
+ * 0.79, 512x256x4000 0.90, 768x256x4000 0.94-1.00, 1024x256x4000 1.04, 8000x256x1048 0.94,
+ * 8000x256x856 0.92. */
+static relcl_status at_product(relcl_context *ctx, size_t m, size_t n, size_t k, size_t k0,
+                               float alpha, relcl_buf a, size_t lda, relcl_buf b, size_t ldb,
+                               float beta, relcl_buf c, size_t ldc, relcl_buf sums,
+                               cl_event *ev) {
+  relcl__kernel_entry *kern;
+  relcl_status st = relcl__kernel(ctx, "gemm", "gemm_cpu_at", &kern);
+  if (st != RELCL_OK) return st;
+  const size_t rows = 4 * (size_t)RELCL_CPU_MR(ctx->cpu_vec);
+  const cl_uint dims[3] = {(cl_uint)m, (cl_uint)n, (cl_uint)k};
+  const cl_uint la = (cl_uint)lda, lb = (cl_uint)ldb, lc = (cl_uint)ldc, first = (cl_uint)k0;
+  const cl_int with_sums = sums.mem != NULL;
+  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+  for (int i = 0; i < 3; i++) RELCL__ARG(&args, dims[i]);
+  RELCL__ARG(&args, alpha);
+  RELCL__ARG(&args, beta);
+  relcl__buf_arg(&args, a, NULL);
+  RELCL__ARG(&args, la);
+  relcl__buf_arg(&args, b, NULL);
+  RELCL__ARG(&args, lb);
+  relcl__buf_arg(&args, c, NULL);
+  RELCL__ARG(&args, lc);
+  relcl__buf_arg(&args, sums, c.mem);
+  RELCL__ARG(&args, with_sums);
+  RELCL__ARG(&args, first);
+  size_t global = (m + rows - 1) / rows, local = 1;
+  return relcl__enqueue(ctx, kern, &args, 1, &global, &local, ev);
+}
+
 /* Who runs a product (relcl__gemm_in decides): CLBlast, one or a batch; relcl's gemm_cpu,
  * gemm_cpu_bt or gemm_heads_dots (kernels/gemm.cl) */
 typedef enum { CLBLAST_BATCHED, CLBLAST, CPU, CPU_BT, DOTS } how_t;
@@ -661,9 +705,19 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   /* gemm_cpu's single products with a long sum: B as laid out in panels (see panels()), one
    * copy for all slices */
   const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K;
+  /* a weight gradient (A transposed, B as laid out, nothing in the store) in gemm_cpu_at,
+   * where the device has it (relcl__cpu_at): neither A nor B copied */
+  const bool at = long_single && trans_a && !trans_b && ctx->gemm_at && !epi && !split &&
+                  len <= RELCL_CPU_AT_K && n <= RELCL_CPU_AT_COLS && ldb <= RELCL_CPU_AT_COLS;
+  cl_mem at_sums = NULL; /* A's column sums by chunks of 16 rows, for x->sums */
+  if (at && x->sums) {
+    const size_t chunks = (k + 15) / 16;
+    st = relcl__pool_get(ctx, chunks * m * sizeof(float), &at_sums);
+    if (st == RELCL_OK) *x->sums = (relcl__colsums){at_sums, chunks};
+  }
   cl_mem pk = NULL;
   size_t b_panel = 0;
-  if (long_single && !trans_b && m >= RELCL_CPU_PACK_REUSE) {
+  if (long_single && !at && !trans_b && m >= RELCL_CPU_PACK_REUSE) {
     st = panels(ctx, false, b, ldb, k, n, &pk, &b_panel);
     if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
   }
@@ -676,7 +730,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * instead, 12-18% slower); content GEMMs 477 and 470 -> 461 and 454. */
   cl_mem pa = NULL;
   bool ta = trans_a;
-  if (st == RELCL_OK && long_single && trans_a && n >= RELCL_CPU_PACK_REUSE) {
+  if (st == RELCL_OK && long_single && !at && trans_a && n >= RELCL_CPU_PACK_REUSE) {
     st = transposed_copy(ctx, a, k, m, lda, &pa, x->sums);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
@@ -691,6 +745,11 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
       st = product(ctx, trans_a, trans_b, m, n, kk, alpha, ak, lda, bk, ldb, bb, c, ldc, e);
       break;
     case CPU:
+      if (at) {
+        st = at_product(ctx, m, n, kk, k0, alpha, ak, lda, bk, ldb, bb, c, ldc,
+                        relcl_buf_at(at_sums, 0), e);
+        break;
+      }
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
       st = cpu_product(ctx, ta, trans_b, m, n, kk, alpha, ak, lda, stride_a, bk, ldb,
                        stride_b, bb, c, ldc, stride_c, batch, chunk, x->mask, x->ldm, epi, t2,

@@ -70,6 +70,7 @@ struct relcl_context {
   bool gemm_cpu;   /* single products in relcl's gemm_cpu (kernels/gemm.cl), not CLBlast's:
                    * CPUs, RELCL_CPU_GEMM */
   int cpu_vec;     /* its vector width, relcl__cpu_vec */
+  bool gemm_at;    /* weight gradients in gemm_cpu_at (relcl__cpu_at) */
   size_t cpu_l2;   /* a CPU device's L2 cache a core, in bytes (relcl__host_l2) */
   bool gemm_heads; /* batched products in relcl's kernels (kernels/gemm.cl: gemm_cpu,
                     * gemm_cpu_bt, gemm_heads_dots), not CLBlast's: CPUs, RELCL_HEAD_GEMM */
@@ -178,6 +179,10 @@ relcl_status relcl__program_source_text(int i, char **out);
 /* gemm_cpu's vector width on this device (kernels/gemm.cl RELCL_CPU_VEC): 16, 8 or 4 after
  * its native float vector width (PoCL: the CPU's SIMD registers), or RELCL_CPU_VEC's */
 int relcl__cpu_vec(cl_device_id device);
+/* Whether kernels/gemm.cl's gemm_cpu_at is built (RELCL_CPU_AT) and runs the weight gradients
+ * (gemm.c): the item shape of the row kernels, 16 floats a vector, and local memory for its
+ * copy of A, RELCL_CPU_AT_K x 4 CPU_MR floats (96 KB; PoCL has 2 MB, Intel's CPU runtime 32 KB) */
+bool relcl__cpu_at(cl_device_id device, bool row_item);
 /* RELCL_CPU_VEC: 0 unset or empty, 4, 8 or 16 as set, -1 any other value */
 int relcl__cpu_vec_env(void);
 relcl_status relcl__program_build(cl_context cl, cl_platform_id platform, cl_device_id device,

@@ -1,6 +1,7 @@
 /* Program families: source text (embedded, or RELCL_KERNEL_DIR), build, binary cache. */
 #include "internal.h"
 #include "programs.h"
+#include "flags.h" /* RELCL_CPU_AT_K, RELCL_CPU_MR: shared with kernels/gemm.cl */
 
 #include <stdatomic.h>
 
@@ -41,10 +42,20 @@ static bool pocl_device(cl_device_id device, bool *cpu) {
 static const char *build_options(bool row_item, cl_device_id device, char *buf, size_t size) {
   bool cpu;
   const bool pocl = pocl_device(device, &cpu);
-  snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d%s%s",
+  snprintf(buf, size, "-cl-std=CL1.2%s -DRELCL_CPU_VEC=%d%s%s%s",
            row_item ? " -DRELCL_ROW_ITEM" : "", relcl__cpu_vec(device),
+           relcl__cpu_at(device, row_item) ? " -DRELCL_CPU_AT" : "",
            pocl && cpu ? " -DRELCL_POCL" : "", pocl ? " -w" : "");
   return buf;
+}
+
+bool relcl__cpu_at(cl_device_id device, bool row_item) {
+  cl_ulong local = 0;
+  if (!row_item || relcl__cpu_vec(device) < 16 ||
+      clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) !=
+          CL_SUCCESS)
+    return false;
+  return local >= (cl_ulong)RELCL_CPU_AT_K * 4 * RELCL_CPU_MR(16) * sizeof(float);
 }
 
 int relcl__cpu_vec_env(void) {
