@@ -131,7 +131,8 @@ static void usage(FILE *f) {
           "                       first (A), and the step, its parts and every kernel and GEMM\n"
           "                       shape are compared (B time / A time); repeatable. VAR is one\n"
           "                       of RELCL_KERNEL_DIR, RELCL_CPU_VEC, RELCL_CPU_GEMM,\n"
-          "                       RELCL_HEAD_GEMM, RELCL_ROW_KERNELS, RELCL_ATTN. Then the\n"
+          "                       RELCL_HEAD_GEMM, RELCL_ROW_KERNELS, RELCL_ATTN,\n"
+          "                       RELCL_WGRAD. Then the\n"
           "                       model's linear layers and attention calls alternately on A\n"
           "                       and B, op by op\n"
           "  --op-reps N          repetitions of that op-by-op comparison (default 15, 3 with\n"
@@ -152,8 +153,10 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
 /* The variables --compare may set: those a context reads once, when it is created, and keeps
  * to itself. RELCL_TUNING is not one (CLBlast's parameters are process-wide), nor PoCL's own
  * (read when the platform loads). */
-static const char *const compare_vars[] = {"RELCL_KERNEL_DIR", "RELCL_CPU_VEC", "RELCL_CPU_GEMM",
-                                           "RELCL_HEAD_GEMM", "RELCL_ROW_KERNELS", "RELCL_ATTN"};
+static const char *const compare_vars[] = {"RELCL_KERNEL_DIR", "RELCL_CPU_VEC",
+                                           "RELCL_CPU_GEMM",   "RELCL_HEAD_GEMM",
+                                           "RELCL_ROW_KERNELS", "RELCL_ATTN",
+                                           "RELCL_WGRAD"};
 enum { N_COMPARE_VARS = sizeof compare_vars / sizeof *compare_vars };
 
 /* VAR of "VAR=VALUE" when --compare may set it, else NULL. */

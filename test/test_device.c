@@ -143,6 +143,7 @@ static const char *tune_hint(const relcl_context *ctx) {
 
 static bool took_relcl_heads(const relcl_context *ctx) { return ctx->gemm_heads; }
 static bool took_fused(const relcl_context *ctx) { return ctx->attn_fused; }
+static bool took_local(const relcl_context *ctx) { return ctx->wgrad_local; }
 
 int main(void) {
   tuning_fit_rule();
@@ -244,6 +245,8 @@ int main(void) {
                took_relcl_heads);
   check_choice(cpu, "RELCL_ATTN", (const char *const[2]){"fused", "apart"}, "flash",
                took_fused);
+  check_choice(cpu, "RELCL_WGRAD", (const char *const[2]){"local", "copy"}, "copies",
+               took_local);
 
   /* The CPU kernels' vector width: unset, the device's own (16, 8 or 4 after its native
    * float vector width); RELCL_CPU_VEC other than 4, 8 or 16 fails at creation, naming the

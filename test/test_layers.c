@@ -545,6 +545,35 @@ static float *download_at(relcl_context *ctx, cl_mem m, size_t n, size_t off) {
   return h;
 }
 
+/* A second context with RELCL_WGRAD=copy where the first runs weight gradients in
+ * gemm_cpu_at (AVX-512 CPUs: kernels/gemm.cl), else NULL */
+static relcl_context *copies;
+
+/* One forward and backward of a linear layer on ctx: y, dx, dW and db downloaded into out
+ * (dW and db accumulate onto 0.5, dx onto dx0 with acc) */
+static void linear_run(relcl_context *ctx, int rows, int in, int out, int bias, int acc,
+                       const float *x, const float *w, const float *b, const float *dy,
+                       const float *dx0, float *res[4]) {
+  const size_t nx = (size_t)rows * in, nw = (size_t)out * in, ny = (size_t)rows * out;
+  cl_mem X = tu_upload(ctx, x, nx), Wm = tu_upload(ctx, w, nw),
+         Bm = tu_upload(ctx, b, (size_t)out), Y = dev_zeros(ctx, ny), DY = tu_upload(ctx, dy, ny),
+         DX = tu_upload(ctx, dx0, nx), DW, DB;
+  TU_OK(relcl_alloc(ctx, nw, &DW));
+  TU_OK(relcl_alloc(ctx, (size_t)out, &DB));
+  TU_OK(relcl_fill(ctx, B0(DW), 0.5f, nw));
+  TU_OK(relcl_fill(ctx, B0(DB), 0.5f, (size_t)out));
+  TU_OK(relcl_linear_forward(ctx, rows, in, out, B0(X), B0(Wm), bias ? B0(Bm) : RELCL_BUF_NONE,
+                             B0(Y)));
+  TU_OK(relcl_linear_backward(ctx, rows, in, out, B0(X), B0(Wm), B0(DY), B0(DX), acc, B0(DW),
+                              B0(DB)));
+  res[0] = tu_download(ctx, Y, ny);
+  res[1] = tu_download(ctx, DX, nx);
+  res[2] = tu_download(ctx, DW, nw);
+  res[3] = tu_download(ctx, DB, (size_t)out);
+  cl_mem all[] = {X, Wm, Bm, Y, DY, DX, DW, DB};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+}
+
 static void check_linear(relcl_context *ctx, const layer_case *c) {
   const int rows = c->a, in = c->b, out = c->c, bias = c->flag & 1, acc = c->flag & 2;
   const size_t nx = (size_t)rows * in, nw = (size_t)out * in, ny = (size_t)rows * out;
@@ -560,25 +589,8 @@ static void check_linear(relcl_context *ctx, const layer_case *c) {
   for (size_t i = 0; i < nw; i++) dw[i] += 0.5; /* parameter gradients accumulate onto 0.5 */
   for (int i = 0; i < out; i++) db[i] += 0.5;
   float *res[2][4];
-  for (int run = 0; run < 2; run++) {
-    cl_mem X = tu_upload(ctx, x, nx), Wm = tu_upload(ctx, w, nw),
-           Bm = tu_upload(ctx, b, (size_t)out), Y = dev_zeros(ctx, ny),
-           DY = tu_upload(ctx, dy, ny), DX = tu_upload(ctx, dx0, nx), DW, DB;
-    TU_OK(relcl_alloc(ctx, nw, &DW));
-    TU_OK(relcl_alloc(ctx, (size_t)out, &DB));
-    TU_OK(relcl_fill(ctx, B0(DW), 0.5f, nw));
-    TU_OK(relcl_fill(ctx, B0(DB), 0.5f, (size_t)out));
-    TU_OK(relcl_linear_forward(ctx, rows, in, out, B0(X), B0(Wm),
-                               bias ? B0(Bm) : RELCL_BUF_NONE, B0(Y)));
-    TU_OK(relcl_linear_backward(ctx, rows, in, out, B0(X), B0(Wm), B0(DY), B0(DX), acc, B0(DW),
-                                B0(DB)));
-    res[run][0] = tu_download(ctx, Y, ny);
-    res[run][1] = tu_download(ctx, DX, nx);
-    res[run][2] = tu_download(ctx, DW, nw);
-    res[run][3] = tu_download(ctx, DB, (size_t)out);
-    cl_mem all[] = {X, Wm, Bm, Y, DY, DX, DW, DB};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
-  }
+  for (int run = 0; run < 2; run++)
+    linear_run(ctx, rows, in, out, bias, acc, x, w, b, dy, dx0, res[run]);
   /* a third run with every operand at an offset: 128 elements (512 bytes, where a
    * sub-buffer can start on every device relcl knows, so CLBlast reads it in place) or an odd
    * one (where none can, so CLBlast copies it) */
@@ -626,6 +638,15 @@ static void check_linear(relcl_context *ctx, const layer_case *c) {
   tu_check(same_bits(res[0][0], res[1][0], ny) && same_bits(res[0][1], res[1][1], nx) &&
                same_bits(res[0][2], res[1][2], nw) && same_bits(res[0][3], res[1][3], (size_t)out),
            "%-28s bitwise identical on a second run", c->name);
+  if (copies) { /* gemm_cpu_at: the bits of the transposed copies it replaces */
+    float *cp[4];
+    linear_run(copies, rows, in, out, bias, acc, x, w, b, dy, dx0, cp);
+    tu_check(same_bits(res[0][2], cp[2], nw), "%-28s dW: the bits of RELCL_WGRAD=copy",
+             c->name);
+    tu_check(same_bits(res[0][3], cp[3], (size_t)out), "%-28s db: the bits of RELCL_WGRAD=copy",
+             c->name);
+    for (int i = 0; i < 4; i++) free(cp[i]);
+  }
   for (int r = 0; r < 2; r++)
     for (int i = 0; i < 4; i++) free(res[r][i]);
   free(x), free(w), free(b), free(dy), free(dx0), free(y), free(dx), free(dw), free(db);
@@ -1302,6 +1323,16 @@ int main(int argc, char **argv) {
   relcl_context *ctx = tu_context();
   printf("device: %s\n", relcl_context_device_name(ctx));
   tu_check_width(relcl__cpu_width(ctx));
+  printf("weight gradients: %s\n", relcl__wgrad_local(ctx) ? "gemm_cpu_at (local copies of A^T)"
+                                                             : "transposed copies");
+  const char *wgrad_env = getenv("RELCL_WGRAD");
+  if (wgrad_env && strcmp(wgrad_env, "copy") == 0)
+    tu_check(!relcl__wgrad_local(ctx), "RELCL_WGRAD=copy: the context copies A^T");
+  if (relcl__wgrad_local(ctx) && !keep_buffers) { /* not under Oclgrind */
+    setenv("RELCL_WGRAD", "copy", 1);
+    copies = tu_context();
+    unsetenv("RELCL_WGRAD");
+  }
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const layer_case *c = &cases[i];
     if (only && strstr(c->name, only) == NULL) continue;
@@ -1330,6 +1361,7 @@ int main(int argc, char **argv) {
   }
   if (!only) check_errors(ctx);
   for (size_t i = 0; i < n_kept; i++) clReleaseMemObject(kept[i]);
+  if (copies) relcl_context_destroy(copies);
   relcl_context_destroy(ctx);
   return tu_finish();
 }

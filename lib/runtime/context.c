@@ -188,6 +188,8 @@ bool relcl__row_item(const relcl_context *ctx) { return ctx->row_item; }
 
 bool relcl__own_products(const relcl_context *ctx) { return relcl__own_products_in(ctx); }
 
+bool relcl__wgrad_local(const relcl_context *ctx) { return ctx->gemm_at; }
+
 bool relcl__attn_fused(const relcl_context *ctx) {
   return ctx->attn_fused && ctx->row_item && relcl__own_products_in(ctx);
 }
@@ -229,9 +231,11 @@ static relcl_status setup(relcl_context *ctx) {
   if (st == RELCL_OK)
     st = cpu_choice(ctx, "RELCL_CPU_GEMM", "relcl", "clblast", &ctx->gemm_cpu);
   if (st == RELCL_OK) st = cpu_choice(ctx, "RELCL_ATTN", "fused", "apart", &ctx->attn_fused);
+  if (st == RELCL_OK) st = cpu_choice(ctx, "RELCL_WGRAD", "local", "copy", &ctx->wgrad_local);
   if (st == RELCL_OK) st = cpu_vec_check();
   ctx->cpu_vec = relcl__cpu_vec(ctx->device);
-  ctx->gemm_at = ctx->gemm_cpu && relcl__cpu_at(ctx->device, ctx->row_item);
+  ctx->gemm_at =
+      ctx->gemm_cpu && ctx->wgrad_local && relcl__cpu_at(ctx->device, ctx->row_item);
   ctx->cpu_l2 = relcl__host_l2();
   if (st != RELCL_OK) return st;
   for (int i = 0; i < relcl__program_count(); i++) {

@@ -709,8 +709,11 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * where the device has it (relcl__cpu_at): neither A nor B copied */
   const bool at = long_single && trans_a && !trans_b && ctx->gemm_at && !epi && !split &&
                   len <= RELCL_CPU_AT_K && n <= RELCL_CPU_AT_COLS && ldb <= RELCL_CPU_AT_COLS;
-  cl_mem at_sums = NULL; /* A's column sums by chunks of 16 rows, for x->sums */
-  if (at && x->sums) {
+  /* A's column sums by chunks of 16 rows, for x->sums, where the transposed copy would have
+   * made them (RELCL_CPU_PACK_REUSE columns: the bits of RELCL_WGRAD=copy; with fewer the
+   * caller sums A in a pass of its own, as it did) */
+  cl_mem at_sums = NULL;
+  if (at && x->sums && n >= RELCL_CPU_PACK_REUSE) {
     const size_t chunks = (k + 15) / 16;
     st = relcl__pool_get(ctx, chunks * m * sizeof(float), &at_sums);
     if (st == RELCL_OK) *x->sums = (relcl__colsums){at_sums, chunks};

@@ -70,7 +70,8 @@ struct relcl_context {
   bool gemm_cpu;   /* single products in relcl's gemm_cpu (kernels/gemm.cl), not CLBlast's:
                    * CPUs, RELCL_CPU_GEMM */
   int cpu_vec;     /* its vector width, relcl__cpu_vec */
-  bool gemm_at;    /* weight gradients in gemm_cpu_at (relcl__cpu_at) */
+  bool wgrad_local; /* RELCL_WGRAD: weight gradients from local copies of A^T (CPUs) */
+  bool gemm_at;     /* ... and the device has gemm_cpu_at (relcl__cpu_at): they run there */
   size_t cpu_l2;   /* a CPU device's L2 cache a core, in bytes (relcl__host_l2) */
   bool gemm_heads; /* batched products in relcl's kernels (kernels/gemm.cl: gemm_cpu,
                     * gemm_cpu_bt, gemm_heads_dots), not CLBlast's: CPUs, RELCL_HEAD_GEMM */
