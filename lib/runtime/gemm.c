@@ -699,7 +699,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   x->added = t2 != NULL;
   static const char *const kinds[] = {"SGEMM", "SGEMM", "gemm_cpu", "gemm_cpu_bt",
                                       "gemm_heads_dots"};
-  /* the profile's name of what ran */
+  /* the profile's name of what ran (gemm_cpu_at: below) */
   const char *kind = how == CPU && (batch > 1 || chunk > 0) ? "gemm_cpu_batch" : kinds[how];
   st = RELCL_OK;
   /* gemm_cpu's single products with a long sum: B as laid out in panels (see panels()), one
@@ -712,6 +712,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   /* A's column sums by chunks of 16 rows, for x->sums, where the transposed copy would have
    * made them (RELCL_CPU_PACK_REUSE columns: the bits of RELCL_WGRAD=copy; with fewer the
    * caller sums A in a pass of its own, as it did) */
+  if (at) kind = "gemm_cpu_at";
   cl_mem at_sums = NULL;
   if (at && x->sums && n >= RELCL_CPU_PACK_REUSE) {
     const size_t chunks = (k + 15) / 16;
