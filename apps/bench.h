@@ -19,6 +19,11 @@ void bench_stats(double *values, int n, double *median, double *min, double *max
  * b's runs r timed next to each other); false when there is none. */
 bool bench_ratio_stats(const double *a, const double *b, int n, double *median, double *min,
                        double *max);
+/* Whether two profile names are one kernel or one product: the same name, or the same
+ * product shape run by two of the GEMM door's kernels ("gemm_cpu_at A^T 256x256x4000 x1" and
+ * "gemm_cpu A^T 256x256x4000 x1", "SGEMM ..."), so that --compare matches a product whichever
+ * kernel each side ran it in. */
+bool bench_same_entry(const char *a, const char *b);
 /* Add a JSON array of n numbers under key. */
 void bench_json_array(cJSON *obj, const char *key, const double *values, int n);
 /* A buffer of n floats on ctx, every one v. */

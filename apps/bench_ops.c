@@ -97,7 +97,8 @@ static relcl_status run_ops(side *s, const bench_ops_opts *o) {
 #undef AB
 }
 
-/* The profile of one side's repetition r into the table (matched by name and part). */
+/* The profile of one side's repetition r into the table (matched by part and name or
+ * product: bench_same_entry). */
 static relcl_status collect(relcl_context *ctx, int side_i, int r, name_row *rows, int *n) {
   const int count = relcl_profile_count(ctx);
   for (int q = 0; q < count; q++) {
@@ -105,7 +106,7 @@ static relcl_status collect(relcl_context *ctx, int side_i, int r, name_row *row
     relcl_status st = relcl_profile_entry_get(ctx, q, &x);
     if (st != RELCL_OK) return st;
     int i = 0;
-    while (i < *n && !(rows[i].part == x.part && strcmp(rows[i].name, x.name) == 0)) i++;
+    while (i < *n && !(rows[i].part == x.part && bench_same_entry(rows[i].name, x.name))) i++;
     if (i == *n) {
       if (*n == MAX_NAMES) continue;
       memset(&rows[i], 0, sizeof rows[i]);

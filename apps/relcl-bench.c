@@ -54,6 +54,19 @@ double bench_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* the kernel word of a GEMM-door product's profile name (lib/runtime/gemm.c gemm_run) */
+static bool gemm_kind(const char *name, size_t len) {
+  return (len == 5 && strncmp(name, "SGEMM", 5) == 0) ||
+         (len > 5 && strncmp(name, "gemm_", 5) == 0);
+}
+
+bool bench_same_entry(const char *a, const char *b) {
+  if (strcmp(a, b) == 0) return true;
+  const char *sa = strchr(a, ' '), *sb = strchr(b, ' ');
+  return sa && sb && gemm_kind(a, (size_t)(sa - a)) && gemm_kind(b, (size_t)(sb - b)) &&
+         strcmp(sa, sb) == 0;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -825,7 +838,7 @@ static bool entry_rate(const relcl_profile_entry *x, const traffic *t, const ben
 /* Side B's entry of the same kernel or shape as a (same name and part), or NULL. */
 static const entry_sum *twin_entry(const entry_sum *a, const entry_sum *b, int nb) {
   for (int i = 0; i < nb; i++)
-    if (b[i].e.part == a->e.part && strcmp(b[i].name, a->name) == 0) return &b[i];
+    if (b[i].e.part == a->e.part && bench_same_entry(b[i].name, a->name)) return &b[i];
   return NULL;
 }
 

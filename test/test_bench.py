@@ -236,6 +236,23 @@ def check_compare(bench, tmp):
 
     check_ops(out)
 
+    # RELCL_WGRAD=copy: where A runs a weight gradient in gemm_cpu_at (AVX-512 CPUs), B runs
+    # it in gemm_cpu; the two names are one product (relcl-bench's bench_same_entry), so
+    # every entry still has its twin, and B has none of its own
+    out = run_json(bench, ["--quick", "--json", "--no-scaling", "--no-tuning",
+                           "--profile-reps", "1", "--compare", "RELCL_WGRAD=copy"], tmp,
+                   "--compare RELCL_WGRAD=copy")
+    if out is not None:
+        ent = out["limits"]["relative_step_entries"]
+        at = [e["name"] for e in ent if e["name"].startswith("gemm_cpu_at ")]
+        check(len(ent) > 10 and all("ms_b" in e for e in ent) and
+              out["limits"]["relative_step_entries_b_only"] == [],
+              "--compare RELCL_WGRAD=copy: every entry has B's twin (%d in gemm_cpu_at on A)"
+              % len(at), "B only: %s" % out["limits"].get("relative_step_entries_b_only"))
+        ops = out.get("compare", {}).get("ops", {}).get("entries", [])
+        check(len(ops) > 0 and all(e["a_ms"] > 0 and e["b_ms"] > 0 for e in ops),
+              "--compare RELCL_WGRAD=copy: op by op, every product ran on both sides")
+
     # B's context is created with B's environment: a bad value fails there, naming it
     for env, name in (("RELCL_CPU_VEC=5", "RELCL_CPU_VEC=5"),
                       ("RELCL_KERNEL_DIR=" + os.path.join(tmp, "no-such-dir"), "no-such-dir")):
