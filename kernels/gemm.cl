@@ -556,22 +556,6 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_cpu_bt(
               b_span, nc, false);
 }
 
-/* The second pass of table_grads_cpu (below, CPUs with the item shape): table t's gradient
- * window y_t (cols = R d floats) += the sum of its chunks' partials in chunk order
- * (layers.cl's colsum_finish, the same sum), y_t at y0 + y0_off or y1 + y1_off. Global (cols,
- * tables). */
-__kernel void table_grads_finish(__global const float *part, uint chunks, uint cols,
-                                 __global float *y0, uint y0_off, __global float *y1,
-                                 uint y1_off) {
-  const uint c = get_global_id(0), t = get_global_id(1);
-  if (c >= cols) return;
-  __global const float *p = part + (size_t)t * chunks * cols + c;
-  float s = 0.0f;
-  for (uint ch = 0; ch < chunks; ch++) s += p[(size_t)ch * cols];
-  __global float *y = t ? y1 + y1_off + c : y0 + y0_off + c;
-  *y = *y + s;
-}
-
 #ifdef RELCL_ROW_ITEM
 /* attn_bt's last block of C's columns where it has at most this many: the relative tables'
  * 2 k + 1 labels (33 at k 16; 17 with causal masking) leave one column past whole blocks of
@@ -670,7 +654,8 @@ inline void attn_ab(uint m, uint n, uint k, __global const float *A, uint lda, i
 }
 
 /* A shared table's gradient on CPU devices (lib/ops/attention.c shared_table_grads), the
- * first of two passes of fixed order, for one or two tables in one launch: table t's partial
+ * first of two passes of fixed order (then layers.cl's colsum_finish), for one or two tables
+ * in one launch: table t's partial
  * sums L^T X (R x d) over chunks of `chunk` rows (the last may be shorter), L (rows x R) and X
  * (rows x d) at L0, X0 (t 0) or L1, X1 (t 1), into part + (t chunks + c) R d for chunk c.
  * Each is gemm_cpu_batch's sum for one product (attn_ab), as relcl's GEMM door ran each

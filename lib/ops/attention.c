@@ -336,14 +336,23 @@ static relcl_status table_chunks_kernel(relcl_context *ctx, const plan *p, relcl
   return relcl__launch_product(ctx, k, &a, 3, global, local, (size_t)R, p->d, p->rows);
 }
 
+/* The rows of each of the tables' chunks (*chunks of them, the last possibly shorter): with
+ * relcl's GEMMs, as many as TABLE_GEMM_CHUNK's would make, as even as whole rows allow */
+static size_t table_chunk(const plan *p, bool gemm, size_t *chunks) {
+  size_t chunk = gemm ? TABLE_GEMM_CHUNK : TABLE_CHUNK;
+  *chunks = (p->rows + chunk - 1) / chunk;
+  if (gemm) {
+    chunk = (p->rows + *chunks - 1) / *chunks;
+    *chunks = (p->rows + chunk - 1) / chunk;
+  }
+  return chunk;
+}
+
 static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_buf L,
                                       relcl_buf X, relcl_buf dst) {
   const bool gemm = relcl__own_products(ctx);
-  size_t chunk = gemm ? TABLE_GEMM_CHUNK : TABLE_CHUNK, chunks = (p->rows + chunk - 1) / chunk;
-  if (gemm) { /* as many chunks, as even as whole rows allow */
-    chunk = (p->rows + chunks - 1) / chunks;
-    chunks = (p->rows + chunk - 1) / chunk;
-  }
+  size_t chunks;
+  const size_t chunk = table_chunk(p, gemm, &chunks);
   const size_t cols = (size_t)p->R * p->d;
   cl_mem part = NULL;
   relcl_status st = relcl__pool_get(ctx, chunks * cols * sizeof(float), &part);
@@ -359,8 +368,9 @@ static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_b
  * may be absent: dW.mem NULL), over all rows, on CPUs with the item shape (relcl__row_item and
  * relcl__own_products): the chunks shared_table_grad's GEMMs run, in one launch of
  * kernels/gemm.cl's table_grads_cpu for both tables, each chunk's sum that of gemm_cpu_batch,
- * and their finish in one launch of table_grads_finish, colsum_finish's sum: the bits of
- * shared_table_grad for each table, in two launches instead of four to six. Model-207 Xeon,
+ * then each table's colsum_finish over its chunks: the bits of shared_table_grad for each
+ * table, in three launches instead of four to six. Model-207 Xeon (with one finish launch for
+ * both tables then, which a second one now replaces),
  * attention forward and backward alone, this and the separate launches in two builds
  * alternated in one process (medians of 30, every output the same bits): relcl-bench's
  * default shape (16 x 4 heads, 32 positions, d 32, k 8) 1.019 and 1.026 times as fast, causal
@@ -378,13 +388,11 @@ static relcl_status shared_table_grads(relcl_context *ctx, const plan *p, relcl_
   if (tables == 0) return RELCL_OK;
   relcl_buf L0 = v ? Lv : Lk, X0 = v ? Xv : Xk, y0 = v ? dwV : dwK;
   relcl_buf L1 = kk ? Lk : Lv, X1 = kk ? Xk : Xv, y1 = kk ? dwK : dwV;
-  size_t chunks = (p->rows + TABLE_GEMM_CHUNK - 1) / TABLE_GEMM_CHUNK;
-  const size_t chunk = (p->rows + chunks - 1) / chunks; /* as even as whole rows allow */
-  chunks = (p->rows + chunk - 1) / chunk;
+  size_t chunks;
+  const size_t chunk = table_chunk(p, true, &chunks);
   const size_t cols = (size_t)p->R * p->d, win = (size_t)p->rlo * p->d;
-  relcl__kernel_entry *kp, *kf;
+  relcl__kernel_entry *kp;
   relcl_status st = relcl__kernel(ctx, "gemm", "table_grads_cpu", &kp);
-  if (st == RELCL_OK) st = relcl__kernel(ctx, "gemm", "table_grads_finish", &kf);
   cl_mem part = NULL;
   if (st == RELCL_OK) st = relcl__pool_get(ctx, tables * chunks * cols * sizeof(float), &part);
   if (st == RELCL_OK) {
@@ -404,18 +412,11 @@ static relcl_status shared_table_grads(relcl_context *ctx, const plan *p, relcl_
     st = relcl__launch_product(ctx, kp, &a, 2, global, local, (size_t)R, p->d,
                                tables * p->rows);
   }
-  if (st == RELCL_OK) {
-    const cl_uint nc = (cl_uint)chunks, nf = (cl_uint)cols;
-    relcl__args a = {kf->kernel, 0, CL_SUCCESS};
-    RELCL__ARG(&a, part);
-    RELCL__ARG(&a, nc);
-    RELCL__ARG(&a, nf);
-    relcl__buf_arg(&a, relcl_buf_at(y0.mem, y0.offset + win), NULL);
-    relcl__buf_arg(&a, relcl_buf_at(y1.mem, y1.offset + win), NULL);
-    const size_t wg = relcl__wg(ctx, cols, kf->max_wg < 128 ? kf->max_wg : 128);
-    const size_t global[2] = {(cols + wg - 1) / wg * wg, tables}, local[2] = {wg, 1};
-    st = relcl__launch(ctx, kf, &a, 2, global, local);
-  }
+  /* each table's sum over its chunks, in order */
+  const relcl_buf y[2] = {y0, y1};
+  for (cl_uint t = 0; t < tables && st == RELCL_OK; t++)
+    st = relcl__colsum_finish(ctx, part, t * chunks * cols, (int)chunks, (int)cols,
+                              relcl_buf_at(y[t].mem, y[t].offset + win), 1);
   relcl__pool_put(ctx, part);
   return st;
 }

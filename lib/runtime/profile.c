@@ -33,7 +33,6 @@ relcl_profile_part relcl__kernel_part(const char *name) {
       {"cache_gather", RELCL_PART_COPIES},
       {"table_grad_partial", RELCL_PART_RELATIVE_GEMM}, /* attention.c table_grad */
       {"table_grads_cpu", RELCL_PART_RELATIVE_GEMM},    /* attention.c shared_table_grads */
-      {"table_grads_finish", RELCL_PART_RELATIVE_GEMM},
       {"labels_shared", RELCL_PART_RELATIVE_GEMM},      /* attention.c labels_from */
       {"table_window_t", RELCL_PART_RELATIVE_GEMM},
       {"add_labels_shared", RELCL_PART_RELATIVE_GEMM}, /* attention.c add_from_labels */
