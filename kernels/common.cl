@@ -1,6 +1,14 @@
 /* Shared by every relcl program (prepended at build time): the counter-based RNG,
  * work-group reductions and the two shapes of the row kernels. OpenCL C 1.2, no extensions. */
 
+/* Whether the compiler is clang and its builtins may be used (CPU_PREFETCH below, the
+ * shuffles of the 16 x 16 transposes): not where RELCL_PORTABLE is defined (the suite's
+ * layers_portable runs the kernels so). Defined first:
+ * everything after tests it (test_device checks that PoCL's programs hold prefetches). */
+#if defined(__clang__) && !defined(RELCL_PORTABLE)
+#define RELCL_CLANG
+#endif
+
 /* A request that the cache line at p be fetched, for a read (w 0) or a write (w 1): clang's
  * builtin (a prefetch instruction on a CPU: gemm.cl, decode.cl) where the host asks for it (RELCL_POCL, a
  * build option on PoCL: lib/runtime/program.c), nothing elsewhere. OpenCL's own prefetch()
@@ -253,12 +261,6 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
 #endif
 
 /* ---- 16 x 16 transposes in registers (gemm.cl's gemm_cpu_bt, util.cl's transpose) ---- */
-
-/* clang's builtin shuffle where the compiler is clang, standard OpenCL C elsewhere, and where
- * RELCL_PORTABLE is defined (the suite's layers_portable runs the kernels so) */
-#if defined(__clang__) && !defined(RELCL_PORTABLE)
-#define RELCL_CLANG
-#endif
 
 /* Shuffles of two floatN (N 8 or 16) by constant indices (0 to N-1 the first, N to 2N-1 the
  * second): clang's builtin where the compiler is clang, OpenCL's shuffle2 elsewhere. Both

@@ -145,6 +145,56 @@ static bool took_relcl_heads(const relcl_context *ctx) { return ctx->gemm_heads;
 static bool took_fused(const relcl_context *ctx) { return ctx->attn_fused; }
 static bool took_local(const relcl_context *ctx) { return ctx->wgrad_local; }
 
+/* Whether family i's own file (after the prelude) asks for prefetches: CPU_PREFETCH, its
+ * CPU_PREFETCH_L2, decode.cl's STEP_PREFETCH or gemm.cl's CPU_ASK_ macros */
+static bool asks_prefetch(int i) {
+  char *text = NULL;
+  if (relcl__program_source_text(i, &text) != RELCL_OK) return false;
+  const char *body = text, *at;
+  while ((at = strstr(body, "#line 1 \"")) != NULL) body = at + 1;
+  const bool asks = strstr(body, "PREFETCH(") || strstr(body, "CPU_ASK_");
+  free(text);
+  return asks;
+}
+
+/* On a PoCL CPU, every family whose file asks for prefetches holds clang's prefetch
+ * intrinsic in its binary (PoCL's: the program's LLVM bitcode, names in plain text), so
+ * CPU_PREFETCH is not empty there (kernels/common.cl; from session 33's end to session 37 it
+ * was, its guard tested before the define it needs). Through the binary cache, whose key
+ * holds the source: the binary the library itself runs. */
+static void prefetches_kept(cl_platform_id plat, cl_device_id dev) {
+  cl_int err;
+  cl_context cl = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  tu_check(err == CL_SUCCESS, "an OpenCL context for the prefetch check (%d)", err);
+  if (err != CL_SUCCESS) return;
+  int checked = 0;
+  for (int i = 0; i < relcl__program_count(); i++) {
+    if (!asks_prefetch(i)) continue;
+    cl_program prog = NULL;
+    relcl_status st = relcl__program_build(cl, plat, dev, i, true, true, &prog);
+    size_t size = 0;
+    unsigned char *bin = NULL;
+    if (st == RELCL_OK &&
+        clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) ==
+            CL_SUCCESS &&
+        size > 0 && (bin = malloc(size)) != NULL &&
+        clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS)
+      size = 0;
+    bool found = false;
+    const char want[] = "llvm.prefetch";
+    for (size_t o = 0; bin && o + sizeof want - 1 <= size && !found; o++)
+      found = memcmp(bin + o, want, sizeof want - 1) == 0;
+    tu_check(st == RELCL_OK && found, "program %d (%s) asks for prefetches and its PoCL binary "
+             "(%zu bytes) holds %s", i, relcl_program_names()[i], size, want);
+    checked++;
+    free(bin);
+    if (prog) clReleaseProgram(prog);
+  }
+  tu_check(checked >= 2, "%d programs ask for prefetches (gemm.cl, decode.cl at least)",
+           checked);
+  clReleaseContext(cl);
+}
+
 int main(void) {
   tuning_fit_rule();
   char host_cpu[64], proc_cpu[64];
@@ -247,6 +297,7 @@ int main(void) {
                took_fused);
   check_choice(cpu, "RELCL_WGRAD", (const char *const[2]){"local", "copy"}, "copies",
                took_local);
+  if (cpu && strcmp(pname, "Portable Computing Language") == 0) prefetches_kept(plat, dev);
 
   /* The CPU kernels' vector width: unset, the device's own (16, 8 or 4 after its native
    * float vector width); RELCL_CPU_VEC other than 4, 8 or 16 fails at creation, naming the
