@@ -10,6 +10,11 @@ usage: test_layering.py SOURCE_ROOT
   includes no lib/ code.
 - No file-level cycles in lib/: the graph "file A calls a function defined in file B" has no
   cycle (a cycle means two files are one unit in two pieces).
+- In each program as it is built (kernels/flags.h, common.cl, then the family's file), no
+  macro is tested (#if, #ifdef, #elif) above its #define, but for a default (#ifndef X
+  followed by #define X): such a test sees it undefined and silently takes the other branch
+  (common.cl tested RELCL_CLANG above its #define, which left every prefetch empty from
+  session 33's end to session 37).
 """
 import glob
 import os
@@ -129,6 +134,37 @@ def main():
             visit(p)
     check(not cycles, "no file-level cycles in lib/" + (": " + "; ".join(cycles) if cycles
                                                          else ""))
+
+    # macros tested above their #define, in each program's text as program.c composes it
+    prelude = [os.path.join(root, "kernels", f) for f in ("flags.h", "common.cl")]
+    early = []
+    for fam in cl_files:
+        if fam.endswith("common.cl"):
+            continue
+        lines = []
+        for p in prelude + [fam]:
+            text = re.sub(r"/\*.*?\*/", lambda c: "\n" * c.group(0).count("\n"), read(p),
+                          flags=re.S)  # comments out, lines kept
+            lines += [(rel(p), i + 1, l) for i, l in enumerate(text.split("\n"))]
+        first_def = {}
+        for n, (_, _, l) in enumerate(lines):
+            m = re.match(r"\s*#\s*define\s+(\w+)", l)
+            if m:
+                first_def.setdefault(m.group(1), n)
+        for n, (f, i, l) in enumerate(lines):
+            m = re.match(r"\s*#\s*(if|ifdef|ifndef|elif)\b(.*)", l)
+            if not m:
+                continue
+            for name in re.findall(r"\b[A-Za-z_]\w*\b", m.group(2)):
+                d = first_def.get(name)
+                if d is None or d < n:
+                    continue
+                default = m.group(1) == "ifndef" and d == n + 1
+                if not default:
+                    early.append(f"{f}:{i} tests {name} (defined at {lines[d][0]}:{lines[d][1]})")
+    early = sorted(set(early))
+    check(not early, "no kernel macro is tested above its #define" +
+          (": " + "; ".join(early) if early else ""))
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or passed == 0 else 0
