@@ -330,7 +330,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void gemm_pack(
 }
 
 /* A weight gradient on CPU devices with 16 floats a vector (gemm.c's gemm_run: A transposed,
- * B as laid out with rows of at most 256 floats, no batch), one slice of its sum: C (m x n,
+ * B as laid out with rows of at most 512 floats, no batch), one slice of its sum: C (m x n,
  * rows ldc apart) = alpha A^T B + beta C, A k x m (rows lda apart) and B k x n (rows ldb
  * apart), k at most RELCL_CPU_AT_K. A work-item takes C's rows i0 .. i0 + AT_ROWS - 1
  * (AT_ROWS = 4 CPU_MR = 32) and all its columns: it first copies op(A)'s AT_ROWS x k block

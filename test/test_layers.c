@@ -94,6 +94,11 @@ static const layer_case cases[] = {
     {OP_LINEAR, "linear 70x256x1", 70, 256, 1, 0, 1},
     {OP_LINEAR, "linear 1037x256x40 acc", 1037, 256, 40, 0, 3},
     {OP_LINEAR, "linear 300x256x1040", 300, 256, 1040, 0, 1},
+    /* x's rows over 256 floats, which gemm_cpu_at reads in place since session 37 (AVX-512):
+     * 400 (a last block of 16 columns) and 512, C's rows in blocks of 32 with a last of 12,
+     * sums in slices of 512 with a last of 13 and of 288 */
+    {OP_LINEAR, "linear 1037x400x300 acc", 1037, 400, 300, 0, 3},
+    {OP_LINEAR, "linear 800x512x64", 800, 512, 64, 0, 1},
     /* rows over 16 tiles of CLBlast's kernel and not a whole number of them: one product for
      * the whole tiles and one for the rest (lib/runtime/gemm.c) under a tuning that gives
      * the tile; the weight gradient's 1037 rows in K_CHUNK slices of 384 */

@@ -501,11 +501,15 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   return st;
 }
 
-/* The widest B (and rows of B) gemm_cpu_at reads in place: B's rows 1 KB apart or less, a
- * slice of 512 of them (512 KB) in L2 while consecutive work-items (C's rows) read it. With
- * B's rows 2 or 4 KB apart (n 512, 1024) and B in panels instead, the old path was as fast
- * or faster (A^T 128x512x512 1.15 of its time, 256x1024x4000 1.04-1.12). */
-#define RELCL_CPU_AT_COLS 256
+/* The widest B (and rows of B) gemm_cpu_at reads in place: B's rows 2 KB apart or less, a
+ * slice of 512 (768) of them, 1 MB (1.5), in L2 while consecutive work-items (C's rows) read
+ * it, each row asked for 16 steps ahead. Model-207 Xeon, two settings alternated in one
+ * process (h16, 31 rounds, the same bits), against the old path (A transposed, B in panels):
+ * A^T 128x512x512 0.69-0.83 of the time, 256x512x512 0.77, 128x512x2048 0.71, 256x512x4000
+ * 0.74-0.76. (Session 36 had measured 0.97-1.03 for B's rows 2 KB apart: its requests were
+ * empty then, kernels/common.cl.) With rows 4 KB apart (n 1024) it was slower for a long sum
+ * (256x1024x4000 1.09; in panels 1.00) though faster for a short one (128x1024x512 0.65). */
+#define RELCL_CPU_AT_COLS 512
 
 /* One slice of a weight gradient, C = alpha A^T B + beta C over k rows of A and B (a and b at
  * the slice's first row k0), in relcl's gemm_cpu_at (kernels/gemm.cl), which copies each
