@@ -64,6 +64,17 @@ inline void transpose_sums(__global const float *in, uint ld_in, __global float 
   }
 }
 
+/* transpose's column sums alone, of the same T_SIDE x T_SIDE blocks (transpose_sums): the
+ * bias gradient of a weight gradient that reads dy in place (gemm.c's C^T route), with the
+ * bits of the transposed copy's sums. Global (ceil(cols / T_SIDE), ceil(rows / T_SIDE)). */
+__kernel void column_sums(__global const float *in, uint in_off, uint ld_in, uint rows,
+                          uint cols, __global float *sums, uint s_off) {
+  const uint c0 = get_global_id(0) * T_SIDE, r0 = get_global_id(1) * T_SIDE;
+  if (c0 >= cols || r0 >= rows) return;
+  transpose_sums(in + in_off + r0 * ld_in + c0, ld_in, sums + s_off + r0 / T_SIDE * cols + c0,
+                 min(rows - r0, T_SIDE), min(cols - c0, T_SIDE));
+}
+
 __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __global float *out,
                         uint out_off, uint ld_out, uint rows, uint cols, uint panel,
                         uint panel_stride, __global float *sums, uint s_off, int with_sums) {

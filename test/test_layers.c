@@ -99,6 +99,11 @@ static const layer_case cases[] = {
      * sums in slices of 512 with a last of 13 and of 288 */
     {OP_LINEAR, "linear 1037x400x300 acc", 1037, 400, 300, 0, 3},
     {OP_LINEAR, "linear 800x512x64", 800, 512, 64, 0, 1},
+    /* x's rows over 512 floats, dy's 512 or fewer: C^T in gemm_cpu_at (gemm.c), C
+     * transposed in (dW accumulates) and out, the bias gradient from column_sums: 1040
+     * columns (a last block of 16), 300 rows of dW (a last block of 12), slices of 512 with a
+     * last of 13 */
+    {OP_LINEAR, "linear 1037x1040x300 acc", 1037, 1040, 300, 0, 3},
     /* rows over 16 tiles of CLBlast's kernel and not a whole number of them: one product for
      * the whole tiles and one for the rest (lib/runtime/gemm.c) under a tuning that gives
      * the tile; the weight gradient's 1037 rows in K_CHUNK slices of 384 */

@@ -122,6 +122,28 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
              : st;
 }
 
+/* transposed_copy's column sums of x (rows x cols, rows ld apart) without the copy
+ * (kernels/util.cl column_sums: the same blocks, the same bits), into *sums */
+static relcl_status column_sums(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
+                                size_t ld, relcl__colsums *sums) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "util", "column_sums", &k);
+  const size_t side = transpose_side(ctx);
+  sums->chunks = (rows + side - 1) / side;
+  if (st == RELCL_OK)
+    st = relcl__pool_get(ctx, sums->chunks * cols * sizeof(float), &sums->part);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  const cl_uint ld_in = (cl_uint)ld, r = (cl_uint)rows, c = (cl_uint)cols;
+  relcl__buf_arg(&a, x, NULL);
+  RELCL__ARG(&a, ld_in);
+  RELCL__ARG(&a, r);
+  RELCL__ARG(&a, c);
+  relcl__buf_arg(&a, relcl_buf_at(sums->part, 0), NULL);
+  size_t global[2] = {(cols + side - 1) / side, sums->chunks}, local[2] = {1, 1};
+  return relcl__enqueue(ctx, k, &a, 2, global, local, NULL);
+}
+
 /* gemm_cpu's B in panels of 2 W columns (kernels/gemm.cl's gemm_pack): each block of the
  * product then reads its rows one after the other, where B's own rows, ldb floats apart,
  * cross a page every few steps of the sum (or every step: ldb 1024 or more), and the CPU's
@@ -716,7 +738,26 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   /* A's column sums by chunks of 16 rows, for x->sums, where the transposed copy would have
    * made them (RELCL_CPU_PACK_REUSE columns: the bits of RELCL_WGRAD=copy; with fewer the
    * caller sums A in a pass of its own, as it did) */
-  if (at) kind = "gemm_cpu_at";
+  /* ... and where B is wider than that (x's rows over RELCL_CPU_AT_COLS floats) but A is not
+   * (dy's, m floats or fewer): C^T = B^T A in gemm_cpu_at, into T = C^T (C transposed in
+   * first where beta is not 0, T transposed back into C after), B's columns copied into
+   * local memory and A read in place. Each element is the same sum in the same order as
+   * in C: the bits of RELCL_WGRAD=copy, the bias gradient's too (column_sums). Model-207
+   * Xeon, against the copies (A transposed, B in panels, gemm_cpu), two builds alternated in
+   * one process (h13, 31 rounds, the same bits): A^T 256x1024x4000 (issue 8's feed-forward)
+   * 0.75 of the time, 128x1024x2048 0.45, 512x2048x4000 0.96 (256x256x4000, unchanged,
+   * 1.015); relcl-bench --compare RELCL_WGRAD=copy, issue 8's step: 1.22 op by op. */
+  const bool at_t = long_single && trans_a && !trans_b && ctx->gemm_at && !epi && !split &&
+                    !at && len <= RELCL_CPU_AT_K && m <= RELCL_CPU_AT_COLS &&
+                    lda <= RELCL_CPU_AT_COLS;
+  if (at || at_t) kind = "gemm_cpu_at";
+  cl_mem ct = NULL;
+  if (at_t) {
+    st = relcl__pool_get(ctx, n * m * sizeof(float), &ct);
+    if (st == RELCL_OK && x->sums) st = column_sums(ctx, a, k, m, lda, x->sums);
+    if (st == RELCL_OK && beta != 0.0f)
+      st = transpose_run(ctx, c, m, n, ldc, relcl_buf_at(ct, 0), m, 0, 0, RELCL_BUF_NONE);
+  }
   cl_mem at_sums = NULL;
   if (at && x->sums && n >= RELCL_CPU_PACK_REUSE) {
     const size_t chunks = (k + 15) / 16;
@@ -725,7 +766,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   }
   cl_mem pk = NULL;
   size_t b_panel = 0;
-  if (long_single && !at && !trans_b && m >= RELCL_CPU_PACK_REUSE) {
+  if (long_single && !at && !at_t && !trans_b && m >= RELCL_CPU_PACK_REUSE) {
     st = panels(ctx, false, b, ldb, k, n, &pk, &b_panel);
     if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
   }
@@ -738,7 +779,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * instead, 12-18% slower); content GEMMs 477 and 470 -> 461 and 454. */
   cl_mem pa = NULL;
   bool ta = trans_a;
-  if (st == RELCL_OK && long_single && !at && trans_a && n >= RELCL_CPU_PACK_REUSE) {
+  if (st == RELCL_OK && long_single && !at && !at_t && trans_a &&
+      n >= RELCL_CPU_PACK_REUSE) {
     st = transposed_copy(ctx, a, k, m, lda, &pa, x->sums);
     if (st == RELCL_OK) a = relcl_buf_at(pa, 0), lda = k, ta = false;
   }
@@ -756,6 +798,11 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
       if (at) {
         st = at_product(ctx, m, n, kk, k0, alpha, ak, lda, bk, ldb, bb, c, ldc,
                         relcl_buf_at(at_sums, 0), e);
+        break;
+      }
+      if (at_t) {
+        st = at_product(ctx, n, m, kk, k0, alpha, bk, ldb, ak, lda, bb, relcl_buf_at(ct, 0), m,
+                        RELCL_BUF_NONE, NULL);
         break;
       }
       /* a mask on every slice: ReLU's 0 or 1 times each slice's sum is that of their sum */
@@ -781,8 +828,16 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     }
     }
   }
+  if (at_t && st == RELCL_OK) { /* C = T^T, the profile's end after it */
+    st = transpose_run(ctx, relcl_buf_at(ct, 0), n, m, m, c, ldc, 0, 0, RELCL_BUF_NONE);
+    const cl_int err = st == RELCL_OK && evp
+                           ? clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, evp)
+                           : CL_SUCCESS;
+    if (err != CL_SUCCESS) st = relcl__cl_fail(err, "clEnqueueMarkerWithWaitList(gemm)");
+  }
   relcl__pool_put(ctx, pk); /* the queue is in order: the products have read them */
   relcl__pool_put(ctx, pa);
+  relcl__pool_put(ctx, ct);
   if (st == RELCL_OK && ev) {
     char name[160], plus[32] = ""; /* a second term's length: "+17" */
     if (t2) snprintf(plus, sizeof plus, "+%zu", t2->k);
