@@ -382,12 +382,13 @@ static bool grads_at_once(relcl_context *ctx) {
 static relcl_status shared_table_grads(relcl_context *ctx, const plan *p, relcl_buf Lv,
                                        relcl_buf Xv, relcl_buf dwV, relcl_buf Lk, relcl_buf Xk,
                                        relcl_buf dwK) {
-  /* table 0 the first one present, table 1 the other */
-  const bool v = dwV.mem != NULL, kk = dwK.mem != NULL;
-  const cl_uint tables = (cl_uint)v + (cl_uint)kk;
+  /* the tables present, in order (a lone one given to the kernel twice, its second unused) */
+  relcl_buf L[2], X[2], y[2];
+  cl_uint tables = 0;
+  if (dwV.mem) L[tables] = Lv, X[tables] = Xv, y[tables++] = dwV;
+  if (dwK.mem) L[tables] = Lk, X[tables] = Xk, y[tables++] = dwK;
   if (tables == 0) return RELCL_OK;
-  relcl_buf L0 = v ? Lv : Lk, X0 = v ? Xv : Xk, y0 = v ? dwV : dwK;
-  relcl_buf L1 = kk ? Lk : Lv, X1 = kk ? Xk : Xv, y1 = kk ? dwK : dwV;
+  if (tables == 1) L[1] = L[0], X[1] = X[0];
   size_t chunks;
   const size_t chunk = table_chunk(p, true, &chunks);
   const size_t cols = (size_t)p->R * p->d, win = (size_t)p->rlo * p->d;
@@ -399,10 +400,10 @@ static relcl_status shared_table_grads(relcl_context *ctx, const plan *p, relcl_
     const cl_uint rows = (cl_uint)p->rows, ch = (cl_uint)chunk;
     const int R = p->R, d = (int)p->d;
     relcl__args a = {kp->kernel, 0, CL_SUCCESS};
-    relcl__buf_arg(&a, L0, NULL);
-    relcl__buf_arg(&a, X0, NULL);
-    relcl__buf_arg(&a, L1, NULL);
-    relcl__buf_arg(&a, X1, NULL);
+    for (int t = 0; t < 2; t++) {
+      relcl__buf_arg(&a, L[t], NULL);
+      relcl__buf_arg(&a, X[t], NULL);
+    }
     RELCL__ARG(&a, part);
     RELCL__ARG(&a, rows);
     RELCL__ARG(&a, R);
@@ -413,7 +414,6 @@ static relcl_status shared_table_grads(relcl_context *ctx, const plan *p, relcl_
                                tables * p->rows);
   }
   /* each table's sum over its chunks, in order */
-  const relcl_buf y[2] = {y0, y1};
   for (cl_uint t = 0; t < tables && st == RELCL_OK; t++)
     st = relcl__colsum_finish(ctx, part, t * chunks * cols, (int)chunks, (int)cols,
                               relcl_buf_at(y[t].mem, y[t].offset + win), 1);

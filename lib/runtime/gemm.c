@@ -106,6 +106,14 @@ relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size
   return transpose_run(ctx, x, rows, cols, ld, out, ld_out, 0, 0, RELCL_BUF_NONE);
 }
 
+/* Scratch for the partial column sums of a rows x cols matrix, one row of them for each
+ * chunk of transpose_side(ctx) rows (transpose_sums' blocks), into *sums */
+static relcl_status colsums_get(relcl_context *ctx, size_t rows, size_t cols,
+                                relcl__colsums *sums) {
+  sums->chunks = (rows + transpose_side(ctx) - 1) / transpose_side(ctx);
+  return relcl__pool_get(ctx, sums->chunks * cols * sizeof(float), &sums->part);
+}
+
 /* x^T into a scratch buffer *out (cols x rows, ld rows) the caller gives back to the pool;
  * with sums (not NULL), x's partial column sums into another, *sums (transpose_run). */
 static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
@@ -113,8 +121,7 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
   relcl_status st = relcl__pool_get(ctx, rows * cols * sizeof(float), out);
   relcl_buf s = RELCL_BUF_NONE;
   if (st == RELCL_OK && sums) {
-    sums->chunks = (rows + transpose_side(ctx) - 1) / transpose_side(ctx);
-    st = relcl__pool_get(ctx, sums->chunks * cols * sizeof(float), &sums->part);
+    st = colsums_get(ctx, rows, cols, sums);
     s = relcl_buf_at(sums->part, 0);
   }
   return st == RELCL_OK
@@ -128,11 +135,9 @@ static relcl_status column_sums(relcl_context *ctx, relcl_buf x, size_t rows, si
                                 size_t ld, relcl__colsums *sums) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "util", "column_sums", &k);
-  const size_t side = transpose_side(ctx);
-  sums->chunks = (rows + side - 1) / side;
-  if (st == RELCL_OK)
-    st = relcl__pool_get(ctx, sums->chunks * cols * sizeof(float), &sums->part);
+  if (st == RELCL_OK) st = colsums_get(ctx, rows, cols, sums);
   if (st != RELCL_OK) return st;
+  const size_t side = transpose_side(ctx);
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   const cl_uint ld_in = (cl_uint)ld, r = (cl_uint)rows, c = (cl_uint)cols;
   relcl__buf_arg(&a, x, NULL);
@@ -733,11 +738,9 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   const bool long_single = how == CPU && batch == 1 && chunk == 0 && k > RELCL_CPU_PACK_K;
   /* a weight gradient (A transposed, B as laid out, nothing in the store) in gemm_cpu_at,
    * where the device has it (relcl__cpu_at): neither A nor B copied */
-  const bool at = long_single && trans_a && !trans_b && ctx->gemm_at && !epi && !split &&
-                  len <= RELCL_CPU_AT_K && n <= RELCL_CPU_AT_COLS && ldb <= RELCL_CPU_AT_COLS;
-  /* A's column sums by chunks of 16 rows, for x->sums, where the transposed copy would have
-   * made them (RELCL_CPU_PACK_REUSE columns: the bits of RELCL_WGRAD=copy; with fewer the
-   * caller sums A in a pass of its own, as it did) */
+  const bool wgrad_at = long_single && trans_a && !trans_b && ctx->gemm_at && !epi && !split &&
+                        len <= RELCL_CPU_AT_K;
+  const bool at = wgrad_at && n <= RELCL_CPU_AT_COLS && ldb <= RELCL_CPU_AT_COLS;
   /* ... and where B is wider than that (x's rows over RELCL_CPU_AT_COLS floats) but A is not
    * (dy's, m floats or fewer): C^T = B^T A in gemm_cpu_at, into T = C^T (C transposed in
    * first where beta is not 0, T transposed back into C after), B's columns copied into
@@ -747,9 +750,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * one process (h13, 31 rounds, the same bits): A^T 256x1024x4000 (issue 8's feed-forward)
    * 0.75 of the time, 128x1024x2048 0.45, 512x2048x4000 0.96 (256x256x4000, unchanged,
    * 1.015); relcl-bench --compare RELCL_WGRAD=copy, issue 8's step: 1.22 op by op. */
-  const bool at_t = long_single && trans_a && !trans_b && ctx->gemm_at && !epi && !split &&
-                    !at && len <= RELCL_CPU_AT_K && m <= RELCL_CPU_AT_COLS &&
-                    lda <= RELCL_CPU_AT_COLS;
+  const bool at_t = wgrad_at && !at && m <= RELCL_CPU_AT_COLS && lda <= RELCL_CPU_AT_COLS;
   if (at || at_t) kind = "gemm_cpu_at";
   cl_mem ct = NULL;
   if (at_t) {
@@ -758,11 +759,13 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     if (st == RELCL_OK && beta != 0.0f)
       st = transpose_run(ctx, c, m, n, ldc, relcl_buf_at(ct, 0), m, 0, 0, RELCL_BUF_NONE);
   }
-  cl_mem at_sums = NULL;
+  /* A's column sums by chunks of 16 rows (transpose_side with gemm_cpu_at), for x->sums,
+   * where the transposed copy would have made them (RELCL_CPU_PACK_REUSE columns: the bits
+   * of RELCL_WGRAD=copy; with fewer the caller sums A in a pass of its own, as it did) */
+  relcl_buf at_sums = RELCL_BUF_NONE;
   if (at && x->sums && n >= RELCL_CPU_PACK_REUSE) {
-    const size_t chunks = (k + 15) / 16;
-    st = relcl__pool_get(ctx, chunks * m * sizeof(float), &at_sums);
-    if (st == RELCL_OK) *x->sums = (relcl__colsums){at_sums, chunks};
+    st = colsums_get(ctx, k, m, x->sums);
+    if (st == RELCL_OK) at_sums = relcl_buf_at(x->sums->part, 0);
   }
   cl_mem pk = NULL;
   size_t b_panel = 0;
@@ -796,8 +799,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
       break;
     case CPU:
       if (at) {
-        st = at_product(ctx, m, n, kk, k0, alpha, ak, lda, bk, ldb, bb, c, ldc,
-                        relcl_buf_at(at_sums, 0), e);
+        st = at_product(ctx, m, n, kk, k0, alpha, ak, lda, bk, ldb, bb, c, ldc, at_sums, e);
         break;
       }
       if (at_t) {

@@ -67,9 +67,9 @@ bool relcl__own_products(const relcl_context *ctx);
 /* Whether attention's forward may run in one kernel a head (kernels/gemm.cl attn_fwd_cpu):
  * relcl's own products, item-shaped rows, and RELCL_ATTN not apart (CPUs). */
 bool relcl__attn_fused(const relcl_context *ctx);
-/* Whether weight gradients whose B has rows of 256 floats or fewer run in gemm_cpu_at
- * (gemm.c): relcl's own products, a device with relcl__cpu_at's local memory, and
- * RELCL_WGRAD not copy. */
+/* Whether weight gradients run in gemm_cpu_at (gemm.c: where B's rows, or A's through C^T,
+ * are RELCL_CPU_AT_COLS floats or fewer): relcl's own products, a device with relcl__cpu_at's
+ * local memory, and RELCL_WGRAD not copy. */
 bool relcl__wgrad_local(const relcl_context *ctx);
 /* Launch a row kernel over `rows` rows of `width` columns, adding its `locals` local-memory
  * arguments (4 bytes per lane each): with item, one work-item per row (the global size
