@@ -710,21 +710,24 @@ inline size_t attn_head_at(uint bh, uint H, uint rows, uint d, uint ld) {
  *   label sums to Bk (with RELCL_BUCKET);
  *   Z = alpha' V (+ Bk wV with RELCL_BUCKET).
  * Each element is the same sum, in the same order, as in those kernels: the bits are theirs.
- * S, P and Bk are scratch of (BH nq nk), (BH nq R) and (BH nq R) floats; wK and wV start at
- * label rlo; Z at ld z_ld (attn_head_at). d at most CPU_BT_KMAX. Global (BH), local (1). */
+ * S, P and Bk hold (BH nq nk), (BH nq R) and (BH nq R) floats: scratch, or S and Bk the
+ * caller's saved state (lib/ops/ops.h), where alpha' and its label sums stay for the backward;
+ * wK and wV start at label rlo; Z at ld z_ld (attn_head_at). d at most CPU_BT_KMAX. Global
+ * (BH), local (1). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
     __global const float *Q, uint q_off, __global const float *K, uint k_off,
     __global const float *V, uint v_off, __global const float *wK, uint wk_off,
     __global const float *wV, uint wv_off, __global const int *key_len, uint kl_off,
     __global float *Z, uint z_off, uint z_ld, __global float *probs, uint probs_off,
-    __global float *S, __global float *P, __global float *Bk, int H, int nq, int nk, int k,
-    int rlo, int R, int q_pos0, int d, int flags, float scale, uint drop_threshold,
-    float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
+    __global float *S, uint s_off, __global float *P, __global float *Bk, uint bk_off, int H,
+    int nq, int nk, int k, int rlo, int R, int q_pos0, int d, int flags, float scale,
+    uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
+    uint stream_hi) {
   __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
   const uint bh = get_global_id(0), m = (uint)nq, n = (uint)nk, dd = (uint)d, r = (uint)R;
   __global const float *Qb = Q + q_off + (size_t)bh * m * dd;
-  __global float *Sb = S + (size_t)bh * m * n, *Pb = P + (size_t)bh * m * r;
-  __global float *Bb = Bk + (size_t)bh * m * r;
+  __global float *Sb = S + s_off + (size_t)bh * m * n, *Pb = P + (size_t)bh * m * r;
+  __global float *Bb = Bk + bk_off + (size_t)bh * m * r;
   attn_bt(Bt, m, n, dd, Qb, dd, K + k_off + (size_t)bh * n * dd, Sb, n);
   if (flags & RELCL_GATHER) attn_bt(Bt, m, r, dd, Qb, dd, wK + wk_off, Pb, r);
   const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, flags);
@@ -752,23 +755,25 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
  * attn_bwd_rows do for that head in seven launches, in one, the same sums in the same order,
  * asking for each product's operands during the rows before it (attn_ask):
  *   with fd (attn_drop_rows' flags) set, alpha' = dropout(alpha) into A (RELCL_WRITE_A) and
- *   its label sums into Bk (RELCL_BUCKET), each row as relcl_drop_row_item;
+ *   its label sums into Bk (RELCL_BUCKET), each row as relcl_drop_row_item; with fd
+ *   RELCL_SAVED, A and Bk hold them already (the forward's saved state: no such pass);
  *   dV = alpha'^T dZ;  D = dZ V^T;  with RELCL_GATHER in fb, G = dZ wV^T (nq x R);
  *   each row as attn_bwd_rows' (relcl_bwd_row_item, flags fb): D becomes the logits'
  *   gradient, its label sums go to Cb (RELCL_BUCKET); dropout's mask from alpha' in A
  *   where the first step wrote it;
  *   dQ = D K (+ Cb wK with RELCL_BUCKET);  dK = D^T Q.
  * The tables' gradients (sums over every head) are left to the host, from Bk and Cb. A is
- * probs where there is no dropout; A, D, G, Bk and Cb are (BH nq nk), (BH nq nk) and (BH nq
- * R) floats. dQ at ld dq_ld, dK and dV at dkv_ld (attn_head_at). Global (BH), local (1). */
+ * probs where there is no dropout and nothing saved; A, D, G, Bk and Cb are (BH nq nk), (BH
+ * nq nk) and (BH nq R) floats. dQ at ld dq_ld, dK and dV at dkv_ld (attn_head_at). Global (BH), local (1). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
     __global const float *Q, uint q_off, __global const float *K, uint k_off,
     __global const float *V, uint v_off, __global const float *wK, uint wk_off,
     __global const float *wV, uint wv_off, __global const int *key_len, uint kl_off,
     __global const float *probs, uint probs_off, __global const float *dZ, uint dz_off,
     __global float *dQ, uint dq_off, uint dq_ld, __global float *dK, uint dk_off,
-    __global float *dV, uint dv_off, uint dkv_ld, __global float *A, __global float *D,
-    __global float *G, __global float *Bk, __global float *Cb, int H, int nq, int nk, int k,
+    __global float *dV, uint dv_off, uint dkv_ld, __global float *A, uint a_off,
+    __global float *D, __global float *G, __global float *Bk, uint bk_off, __global float *Cb,
+    int H, int nq, int nk, int k,
     int rlo, int R, int q_pos0, int d, int fd, int fb, float scale, uint drop_threshold,
     float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
   __local float Bt[CPU_BT_KMAX * 2 * CPU_W];
@@ -779,12 +784,13 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
   __global const float *dZb = dZ + dz_off + (size_t)bh * m * dd;
   __global const float *ab = probs + probs_off + (size_t)bh * m * n;
   __global float *Db = D + (size_t)bh * m * n, *Gb = G + (size_t)bh * m * r;
-  __global float *Bb = Bk + (size_t)bh * m * r, *Cbb = Cb + (size_t)bh * m * r;
-  __global const float *Ab = (fd & RELCL_WRITE_A) ? A + (size_t)bh * m * n : ab;
+  __global float *Bb = Bk + bk_off + (size_t)bh * m * r, *Cbb = Cb + (size_t)bh * m * r;
+  const bool has_a = (fd & (RELCL_WRITE_A | RELCL_SAVED)) != 0; /* alpha' in A */
+  __global const float *Ab = has_a ? A + a_off + (size_t)bh * m * n : ab;
   for (int i = 0; i < nq; i++) {
     attn_ask(dZb, m * dd, (uint)i, m); /* dV's and D's (attn_ask) */
     attn_ask(Vb, n * dd, (uint)i, m);
-    if (fd)
+    if (fd && !(fd & RELCL_SAVED))
       relcl_drop_row_item(ab + (size_t)i * n, (__global float *)Ab + (size_t)i * n,
                           Bb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, nk, k, rlo, R, fd,
                           drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo, stream_hi);
@@ -800,7 +806,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
     attn_ask(Kb, n * dd, (uint)i, m); /* dQ's and dK's */
     attn_ask(Qb, m * dd, (uint)i, m);
     relcl_bwd_row_item(Db + (size_t)i * n, Gb + (size_t)i * r, 1u, ab + (size_t)i * n,
-                       (fd & RELCL_WRITE_A) && (fb & RELCL_DROPOUT) ? Ab + (size_t)i * n : 0,
+                       has_a && (fb & RELCL_DROPOUT) ? Ab + (size_t)i * n : 0,
                        Cbb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, len, nk, k, rlo, R, fb,
                        scale, drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo,
                        stream_hi);

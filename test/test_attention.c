@@ -214,39 +214,47 @@ static int same_bits(const float *a, const float *b, size_t n) {
 }
 
 /* The model's graph asks for Z, dQ, dK and dV in the merged layout (ops.h: sequence b's row
- * i, head h at b n ld + i ld + h dh): each entry the same bits as in the heads layout of the
- * public functions (r), and the columns past the heads and the entry before the buffer's
- * start untouched. */
+ * i, head h at b n ld + i ld + h dh), and has the forward save alpha' and its label sums for
+ * the backward (ops.h, relcl__attn_saved_floats): each entry the same bits as in the heads
+ * layout of the public functions (r), which save nothing, the tables' gradients too; the
+ * columns past the heads, the entry before each buffer's start and the one past the saved
+ * state untouched. Then the backward again with the saved alpha' zeroed: dV = alpha'^T dZ must
+ * be all 0, or the backward did not read it. */
 static void check_merged(relcl_context *ctx, const relcl_attn_desc *d, const tensors *t,
                          const device_run *r, const char *name) {
   const size_t B = (size_t)d->batch, H = (size_t)d->heads, dh = (size_t)d->head_dim;
   const size_t nq = (size_t)d->nq, nk = (size_t)d->nk, ld = H * dh + 3;
   const size_t nz = 1 + B * nq * ld, nkv = 1 + B * nk * ld;
+  const size_t nsaved = relcl__attn_saved_floats(d), ns = 2 + nsaved;
+  const size_t ninit = nkv > nz ? (nkv > ns ? nkv : ns) : (nz > ns ? nz : ns);
   const float sentinel = -7.25f;
-  float *init = tu_alloc_host(nkv > nz ? nkv : nz);
-  for (size_t i = 0; i < (nkv > nz ? nkv : nz); i++) init[i] = sentinel;
+  float *init = tu_alloc_host(ninit);
+  for (size_t i = 0; i < ninit; i++) init[i] = sentinel;
   cl_mem Q = tu_upload(ctx, t->Q, t->nQ), K = tu_upload(ctx, t->K, t->nKV),
          V = tu_upload(ctx, t->V, t->nKV), wK = tu_upload(ctx, t->wK, t->nW),
          wV = tu_upload(ctx, t->wV, t->nW), dZ = tu_upload(ctx, t->dZ, t->nQ);
   cl_mem kl = t->key_len ? tu_upload(ctx, t->key_len, B) : NULL;
   cl_mem Z = tu_upload(ctx, init, nz), dQ = tu_upload(ctx, init, nz),
          dK = tu_upload(ctx, init, nkv), dV = tu_upload(ctx, init, nkv), P, dwK, dwV;
+  cl_mem Sv = tu_upload(ctx, init, ns);
   TU_OK(relcl_alloc(ctx, t->nP, &P));
   TU_OK(relcl_alloc(ctx, t->nW, &dwK));
   TU_OK(relcl_alloc(ctx, t->nW, &dwV));
-  TU_OK(relcl_fill(ctx, relcl_buf_at(dwK, 0), 0.0f, t->nW)); /* they accumulate */
-  TU_OK(relcl_fill(ctx, relcl_buf_at(dwV, 0), 0.0f, t->nW));
+  TU_OK(relcl_fill(ctx, relcl_buf_at(dwK, 0), (float)DW0, t->nW)); /* they accumulate, as */
+  TU_OK(relcl_fill(ctx, relcl_buf_at(dwV, 0), (float)DW0, t->nW));  /* run_device's */
   relcl_buf klb = kl ? relcl_buf_at(kl, 0) : RELCL_BUF_NONE;
   TU_OK(relcl__attn_forward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0), relcl_buf_at(V, 0),
                             relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb, relcl_buf_at(Z, 1),
-                            ld, relcl_buf_at(P, 0)));
+                            ld, relcl_buf_at(P, 0), relcl_buf_at(Sv, 1)));
   TU_OK(relcl__attn_backward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0),
                              relcl_buf_at(V, 0), relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb,
-                             relcl_buf_at(P, 0), relcl_buf_at(dZ, 0), relcl_buf_at(dQ, 1), ld,
-                             relcl_buf_at(dK, 1), relcl_buf_at(dV, 1), ld,
-                             relcl_buf_at(dwK, 0), relcl_buf_at(dwV, 0)));
+                             relcl_buf_at(P, 0), relcl_buf_at(Sv, 1), relcl_buf_at(dZ, 0),
+                             relcl_buf_at(dQ, 1), ld, relcl_buf_at(dK, 1), relcl_buf_at(dV, 1),
+                             ld, relcl_buf_at(dwK, 0), relcl_buf_at(dwV, 0)));
   float *got[4] = {tu_download(ctx, Z, nz), tu_download(ctx, dQ, nz), tu_download(ctx, dK, nkv),
                    tu_download(ctx, dV, nkv)};
+  float *gw[2] = {tu_download(ctx, dwK, t->nW), tu_download(ctx, dwV, t->nW)};
+  float *sv = tu_download(ctx, Sv, ns);
   const float *want[4] = {r->Z, r->dQ, r->dK, r->dV};
   const size_t rows[4] = {nq, nq, nk, nk};
   size_t wrong = 0, touched = 0;
@@ -266,9 +274,31 @@ static void check_merged(relcl_context *ctx, const relcl_attn_desc *d, const ten
   tu_check(wrong == 0 && touched == 0,
            "%-24s merged Z, dQ, dK, dV: the heads layout's bits (%zu differ), nothing else "
            "written (%zu)", name, wrong, touched);
+  const int tables_same = !d->relative || (same_bits(gw[0], r->dwK, t->nW) &&
+                                           (d->keys_only || same_bits(gw[1], r->dwV, t->nW)));
+  tu_check(tables_same, "%-24s saved state: the tables' gradients' bits", name);
+  tu_check(sv[0] == sentinel && sv[ns - 1] == sentinel,
+           "%-24s saved state: %zu floats, nothing written outside", name, nsaved);
+  for (size_t i = 0; i < nsaved; i++) sv[1 + i] = 0.0f;
+  TU_OK(relcl_write(ctx, relcl_buf_at(Sv, 0), sv, ns));
+  TU_OK(relcl__attn_backward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0),
+                             relcl_buf_at(V, 0), relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb,
+                             relcl_buf_at(P, 0), relcl_buf_at(Sv, 1), relcl_buf_at(dZ, 0),
+                             relcl_buf_at(dQ, 1), ld, relcl_buf_at(dK, 1), relcl_buf_at(dV, 1),
+                             ld, relcl_buf_at(dwK, 0), relcl_buf_at(dwV, 0)));
+  float *dv0 = tu_download(ctx, dV, nkv);
+  size_t nonzero = 0;
+  for (size_t b = 0; b < B; b++)
+    for (size_t i = 0; i < nk; i++)
+      for (size_t col = 0; col < H * dh; col++) nonzero += dv0[1 + (b * nk + i) * ld + col] != 0.0f;
+  tu_check(nonzero == 0, "%-24s saved state: the backward reads alpha' there (%zu of dV not 0)",
+           name, nonzero);
+  free(dv0);
+  free(sv);
+  for (int o = 0; o < 2; o++) free(gw[o]);
   for (int o = 0; o < 4; o++) free(got[o]);
   free(init);
-  cl_mem all[] = {Q, K, V, wK, wV, dZ, kl, Z, P, dQ, dK, dV, dwK, dwV};
+  cl_mem all[] = {Q, K, V, wK, wV, dZ, kl, Z, P, dQ, dK, dV, dwK, dwV, Sv};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
 }
 

@@ -92,7 +92,17 @@ static void block_common(size_t *act, size_t rows, size_t D, bool pre, size_t x_
   b->rstd = take(act, rows);
   b->out = take(act, rows * D);
   b->keep = take(act, relcl__keep_words(rows * D));
-  b->qkv_h = b->probs = b->zm = b->h = RELCL__NONE;
+  b->qkv_h = b->probs = b->zm = b->h = b->saved = RELCL__NONE;
+}
+
+/* Floats of a self-attention's saved state (ops.h) at n positions, as attn_desc describes it
+ * (per_head changes nothing here); cross attention's, relative terms off: nq x nk weights */
+static size_t self_saved(const relcl_model_config *c, int B, int n, bool decoder) {
+  relcl_attn_desc d = relcl_attn_desc_self(B, c->heads, n, c->d_model / c->heads, c->max_rel);
+  d.relative = (c->positions & RELCL_POS_RELATIVE) != 0;
+  d.keys_only = c->rel_keys_only;
+  d.causal = decoder;
+  return relcl__attn_saved_floats(&d);
 }
 
 relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
@@ -125,6 +135,7 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
     block_common(&act, Ns, D, pre, x, sa);
     sa->qkv_h = take(&act, 3 * Ns * D);
     sa->probs = take(&act, (size_t)B * H * S * S);
+    sa->saved = take(&act, self_saved(c, B, S, false));
     sa->zm = take(&act, Ns * D);
     block_common(&act, Ns, D, pre, sa->out, ff);
     ff->h = take(&act, Ns * Fld);
@@ -147,10 +158,12 @@ relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {
     block_common(&act, Nt, D, pre, x, sa);
     sa->qkv_h = take(&act, 3 * Nt * D);
     sa->probs = take(&act, (size_t)B * H * T * T);
+    sa->saved = take(&act, self_saved(c, B, T, true));
     sa->zm = take(&act, Nt * D);
     block_common(&act, Nt, D, pre, sa->out, ca);
     ca->qkv_h = take(&act, Nt * D + 2 * Ns * D);
     ca->probs = take(&act, (size_t)B * H * T * S);
+    ca->saved = take(&act, (size_t)B * H * T * S);
     ca->zm = take(&act, Nt * D);
     block_common(&act, Nt, D, pre, ca->out, ff);
     ff->h = take(&act, Nt * Fld);
@@ -367,7 +380,7 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
   /* Z straight into the merged layout the output projection reads (ops.h) */
   TRY(relcl__attn_forward(p->ctx, &desc, A(p, q), A(p, k), A(p, v),
                          opt(P(p, 0), ap->rel_k), opt(P(p, 0), ap->rel_v), key_len(p, bd),
-                         A(p, ba->zm), (size_t)D, A(p, ba->probs)));
+                         A(p, ba->zm), (size_t)D, A(p, ba->probs), A(p, ba->saved)));
   *b = P(p, ap->bo);
   return relcl__linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), RELCL_BUF_NONE, out);
 }
@@ -400,7 +413,7 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
     /* dq, dk, dv straight into their columns of the merged (N x 3D) gradient */
     TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
                             opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
-                            W(p, L->zh), qkv, 3 * Dz, relcl_buf_at(qkv.mem, qkv.offset + Dz),
+                            A(p, ba->saved), W(p, L->zh), qkv, 3 * Dz, relcl_buf_at(qkv.mem, qkv.offset + Dz),
                             relcl_buf_at(qkv.mem, qkv.offset + 2 * Dz), 3 * Dz,
                             opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
     return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), qkv, dx, acc,
@@ -411,7 +424,7 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   const relcl_buf dqm = W(p, L->dzm);
   TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
                           opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
-                          W(p, L->zh), dqm, Dz, qkv, relcl_buf_at(qkv.mem, qkv.offset + Dz),
+                          A(p, ba->saved), W(p, L->zh), dqm, Dz, qkv, relcl_buf_at(qkv.mem, qkv.offset + Dz),
                           2 * Dz, opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
   const size_t DD = Dz * Dz;
   TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), dqm, dx, acc, G(p, ap->wq),

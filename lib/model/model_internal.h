@@ -60,6 +60,7 @@ typedef struct relcl__block_a {
   size_t x_in, ln_x, sub_in, mean, rstd, out;
   size_t keep; /* the block's dropout keep bits (ops.h), from its forward to its backward */
   size_t qkv_h, probs, zm, h;
+  size_t saved; /* attention's state from its forward to its backward (ops.h) */
 } relcl__block_a;
 
 /* Work regions (floats, in the work buffer) and int regions (in the ids buffer). */

@@ -487,7 +487,19 @@ relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc,
   if (st == RELCL_OK) st = relcl__check_buf(Z, p.rows * p.d, "Z");
   if (st == RELCL_OK && probs.mem) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
   if (st != RELCL_OK) return st;
-  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs);
+  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs, RELCL_BUF_NONE);
+}
+
+/* The forward's state the backward would otherwise recompute (ops.h): alpha' (rows x nk),
+ * then with the a^V term its label sums (rows x R, as attn_fwd_rows writes Bk) */
+static relcl_buf saved_sums(const plan *p, relcl_buf saved) {
+  return relcl_buf_at(saved.mem, saved.offset + p->rows * p->nk);
+}
+
+size_t relcl__attn_saved_floats(const relcl_attn_desc *desc) {
+  plan p = {0};
+  if (make_plan(desc, &p) != RELCL_OK) return 0;
+  return p.rows * p.nk + (p.rel_v ? p.rows * (size_t)p.R : 0);
 }
 
 /* The profile names and rates each fused kernel as the one product m x n x k with as many
@@ -509,18 +521,19 @@ static bool fused(const relcl_context *ctx, const plan *p, const relcl_attn_desc
 
 /* The forward in one kernel a head (kernels/gemm.cl attn_fwd_cpu): S, the relative logits and
  * the label sums go through scratch that the same work-item writes and reads back at once, so
- * they stay in its cache. The same sums in the same order as the three launches below it. */
+ * they stay in its cache (S and the label sums through saved, where the caller keeps them for
+ * the backward). The same sums in the same order as the three launches below it. */
 static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl_attn_desc *desc,
                                   relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
                                   relcl_buf wV, relcl_buf key_len, relcl_buf Z, size_t z_ld,
-                                  relcl_buf probs) {
+                                  relcl_buf probs, relcl_buf saved) {
   cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
   relcl__kernel_entry *kern;
   const size_t Rsz = p->rows * (size_t)p->R * sizeof(float);
   relcl_status st = relcl__kernel(ctx, "gemm", "attn_fwd_cpu", &kern);
-  if (st == RELCL_OK) st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), &S);
+  if (st == RELCL_OK && !saved.mem) st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), &S);
   if (st == RELCL_OK && p->rel) st = relcl__pool_get(ctx, Rsz, &Pm);
-  if (st == RELCL_OK && p->rel_v) st = relcl__pool_get(ctx, Rsz, &Bm);
+  if (st == RELCL_OK && p->rel_v && !saved.mem) st = relcl__pool_get(ctx, Rsz, &Bm);
   if (st == RELCL_OK && !probs.mem) {
     st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), &Am);
     probs = relcl_buf_at(Am, 0);
@@ -541,10 +554,12 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
     relcl__buf_arg(&a, Z, NULL);
     RELCL__ARG(&a, zl);
     relcl__buf_arg(&a, probs, NULL);
-    cl_mem pm = Pm ? Pm : S, bm = Bm ? Bm : S;
-    RELCL__ARG(&a, S);
+    const relcl_buf Sb = saved.mem ? saved : relcl_buf_at(S, 0);
+    const relcl_buf Bb = saved.mem ? saved_sums(p, saved) : relcl_buf_at(Bm, 0);
+    const cl_mem pm = Pm ? Pm : Sb.mem;
+    relcl__buf_arg(&a, Sb, NULL);
     RELCL__ARG(&a, pm);
-    RELCL__ARG(&a, bm);
+    relcl__buf_arg(&a, Bb, Sb.mem);
     head_args(&a, p, desc);
     RELCL__ARG(&a, d);
     RELCL__ARG(&a, flags);
@@ -564,25 +579,29 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
 /* make_plan again (host arithmetic, no OpenCL call): the plan is also what the launch uses. */
 relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                  relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
-                                 relcl_buf key_len, relcl_buf Z, size_t z_ld, relcl_buf probs) {
+                                 relcl_buf key_len, relcl_buf Z, size_t z_ld, relcl_buf probs,
+                                 relcl_buf saved) {
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
   if (fused(ctx, &p, desc))
-    return fused_forward(ctx, &p, desc, Q, K, V, wK, wV, key_len, Z, z_ld, probs);
+    return fused_forward(ctx, &p, desc, Q, K, V, wK, wV, key_len, Z, z_ld, probs, saved);
 
   cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
   relcl__kernel_entry *kern;
   const size_t Rsz = p.rows * (size_t)p.R * sizeof(float);
   if ((st = relcl__kernel(ctx, "attention", "attn_fwd_rows", &kern)) != RELCL_OK) goto done;
-  if ((st = relcl__pool_get(ctx, p.rows * p.nk * sizeof(float), &S)) != RELCL_OK) goto done;
+  if (!saved.mem &&
+      (st = relcl__pool_get(ctx, p.rows * p.nk * sizeof(float), &S)) != RELCL_OK)
+    goto done;
   if (p.rel && (st = relcl__pool_get(ctx, Rsz, &Pm)) != RELCL_OK) goto done;
-  if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
+  if (p.rel_v && !saved.mem && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
   if (!probs.mem) {
     if ((st = relcl__pool_get(ctx, p.rows * p.nk * sizeof(float), &Am)) != RELCL_OK) goto done;
     probs = relcl_buf_at(Am, 0);
   }
-  relcl_buf Sb = relcl_buf_at(S, 0), Pb = relcl_buf_at(Pm, 0), Bb = relcl_buf_at(Bm, 0);
+  relcl_buf Sb = saved.mem ? saved : relcl_buf_at(S, 0), Pb = relcl_buf_at(Pm, 0),
+            Bb = saved.mem ? saved_sums(&p, saved) : relcl_buf_at(Bm, 0);
 
   /* S = Q K^T per (b, h) */
   st = relcl__gemm(ctx, false, true, p.nq, p.nk, p.d, 1.0f, Q, p.d, p.nq * p.d, K, p.d,
@@ -595,12 +614,12 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
     int flags = p.flags | (p.rel ? RELCL_GATHER : 0) | (p.rel_v ? RELCL_BUCKET : 0) |
                 (key_len.mem ? RELCL_KEY_LEN : 0);
     relcl__args a = {kern->kernel, 0, CL_SUCCESS};
-    relcl__buf_arg(&a, Sb, S);
-    relcl__buf_arg(&a, Pb, S);
+    relcl__buf_arg(&a, Sb, NULL);
+    relcl__buf_arg(&a, Pb, Sb.mem);
     gather_args(&a, &p, desc->per_head);
-    relcl__buf_arg(&a, probs, S);
-    relcl__buf_arg(&a, Bb, S);
-    relcl__buf_arg(&a, key_len, S);
+    relcl__buf_arg(&a, probs, NULL);
+    relcl__buf_arg(&a, Bb, Sb.mem);
+    relcl__buf_arg(&a, key_len, Sb.mem);
     row_args(&a, &p, desc, flags);
     RELCL__ARG(&a, p.scale);
     drop_args(&a, &p);
@@ -638,17 +657,18 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (st == RELCL_OK && p.rel && dwK.mem) st = relcl__check_buf(dwK, tables * p.table, "dwK");
   if (st == RELCL_OK && p.rel_v && dwV.mem) st = relcl__check_buf(dwV, tables * p.table, "dwV");
   if (st != RELCL_OK) return st;
-  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, 0, dK, dV, 0,
-                              dwK, dwV);
+  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, RELCL_BUF_NONE, dZ,
+                              dQ, 0, dK, dV, 0, dwK, dwV);
 }
 
 /* The backward in one kernel a head (kernels/gemm.cl attn_bwd_cpu), then the tables'
- * gradients, sums over every head, from the label sums it leaves in Bk and Cb: the same sums in
- * the same order as relcl__attn_backward's launches. */
+ * gradients, sums over every head, from the label sums in Bk (computed again, or saved) and
+ * Cb: the same sums in the same order as relcl__attn_backward's launches. */
 static relcl_status fused_backward(relcl_context *ctx, const plan *p,
                                    const relcl_attn_desc *desc, relcl_buf Q, relcl_buf K,
                                    relcl_buf V, relcl_buf wK, relcl_buf wV, relcl_buf key_len,
-                                   relcl_buf probs, relcl_buf dZ, relcl_buf dQ, size_t dq_ld,
+                                   relcl_buf probs, relcl_buf saved, relcl_buf dZ, relcl_buf dQ,
+                                   size_t dq_ld,
                                    relcl_buf dK, relcl_buf dV, size_t dkv_ld, relcl_buf dwK,
                                    relcl_buf dwV) {
   cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;
@@ -658,22 +678,27 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
   relcl_status st = relcl__kernel(ctx, "gemm", "attn_bwd_cpu", &kern);
   if (st == RELCL_OK) st = relcl__pool_get(ctx, Ssz, &Dm);
   if (st == RELCL_OK && p->rel) st = relcl__pool_get(ctx, Rsz, &Cm);
-  if (st == RELCL_OK && p->rel_v) st = relcl__pool_get(ctx, Rsz, &Bm);
+  if (st == RELCL_OK && p->rel_v && !saved.mem) st = relcl__pool_get(ctx, Rsz, &Bm);
   if (st == RELCL_OK && p->rel_v) st = relcl__pool_get(ctx, Rsz, &Gm);
-  if (st == RELCL_OK && (p->flags & RELCL_DROPOUT)) st = relcl__pool_get(ctx, Ssz, &Am);
+  if (st == RELCL_OK && (p->flags & RELCL_DROPOUT) && !saved.mem)
+    st = relcl__pool_get(ctx, Ssz, &Am);
+  /* alpha' and its label sums: the forward's, or the drop pass's */
+  const relcl_buf A = saved.mem ? saved : relcl_buf_at(Am, 0);
+  const relcl_buf Bb = saved.mem ? saved_sums(p, saved) : relcl_buf_at(Bm, 0);
   if (st == RELCL_OK) {
     const int len_flag = key_len.mem ? RELCL_KEY_LEN : 0;
-    /* attn_drop_rows' flags (0: alpha' is alpha and no label sums of it are needed) and
-     * attn_bwd_rows' */
-    const int fd = Am || p->rel_v ? p->flags | len_flag | (Am ? RELCL_WRITE_A : 0) |
-                                        (p->rel_v ? RELCL_BUCKET : 0)
-                                  : 0;
+    /* attn_drop_rows' flags (0: alpha' is alpha and no label sums of it are needed;
+     * RELCL_SAVED: no drop pass) and attn_bwd_rows' */
+    const int fd = saved.mem            ? RELCL_SAVED
+                   : Am || p->rel_v ? p->flags | len_flag | (Am ? RELCL_WRITE_A : 0) |
+                                          (p->rel_v ? RELCL_BUCKET : 0)
+                                    : 0;
     const int fb =
         p->flags | len_flag | (p->rel_v ? RELCL_GATHER : 0) | (p->rel ? RELCL_BUCKET : 0);
     const cl_uint dql = (cl_uint)dq_ld, dkvl = (cl_uint)dkv_ld;
     const int d = (int)p->d;
     const size_t win = (size_t)p->rlo * p->d; /* the tables at label rlo */
-    cl_mem am = Am ? Am : Dm, gm = Gm ? Gm : Dm, bm = Bm ? Bm : Dm, cm = Cm ? Cm : Dm;
+    cl_mem gm = Gm ? Gm : Dm, cm = Cm ? Cm : Dm;
     relcl__args a = {kern->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, Q, NULL);
     relcl__buf_arg(&a, K, NULL);
@@ -688,10 +713,10 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
     relcl__buf_arg(&a, dK, NULL);
     relcl__buf_arg(&a, dV, NULL);
     RELCL__ARG(&a, dkvl);
-    RELCL__ARG(&a, am);
+    relcl__buf_arg(&a, A, Dm);
     RELCL__ARG(&a, Dm);
     RELCL__ARG(&a, gm);
-    RELCL__ARG(&a, bm);
+    relcl__buf_arg(&a, Bb, Dm);
     RELCL__ARG(&a, cm);
     head_args(&a, p, desc);
     RELCL__ARG(&a, d);
@@ -705,7 +730,7 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
   }
   /* dwV += B'^T dZ, dwK += C^T Q */
   if (st == RELCL_OK)
-    st = shared_table_grads(ctx, p, relcl_buf_at(Bm, 0), dZ, p->rel_v ? dwV : RELCL_BUF_NONE,
+    st = shared_table_grads(ctx, p, Bb, dZ, p->rel_v ? dwV : RELCL_BUF_NONE,
                             relcl_buf_at(Cm, 0), Q, p->rel ? dwK : RELCL_BUF_NONE);
   relcl__pool_put(ctx, Am);
   relcl__pool_put(ctx, Dm);
@@ -717,15 +742,15 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
 
 relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
                                   relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
-                                  relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
-                                  relcl_buf dQ, size_t dq_ld, relcl_buf dK, relcl_buf dV,
-                                  size_t dkv_ld, relcl_buf dwK, relcl_buf dwV) {
+                                  relcl_buf key_len, relcl_buf probs, relcl_buf saved,
+                                  relcl_buf dZ, relcl_buf dQ, size_t dq_ld, relcl_buf dK,
+                                  relcl_buf dV, size_t dkv_ld, relcl_buf dwK, relcl_buf dwV) {
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st != RELCL_OK) return st;
   if (fused(ctx, &p, desc))
-    return fused_backward(ctx, &p, desc, Q, K, V, wK, wV, key_len, probs, dZ, dQ, dq_ld, dK, dV,
-                          dkv_ld, dwK, dwV);
+    return fused_backward(ctx, &p, desc, Q, K, V, wK, wV, key_len, probs, saved, dZ, dQ, dq_ld,
+                          dK, dV, dkv_ld, dwK, dwV);
 
   cl_mem Am = NULL, Dm = NULL, Bm = NULL, Gm = NULL, Cm = NULL;
   const size_t Rsz = p.rows * (size_t)p.R * sizeof(float);
@@ -736,16 +761,18 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   if ((st = relcl__kernel(ctx, "attention", "attn_bwd_rows", &kbwd)) != RELCL_OK) goto done;
   if ((st = relcl__pool_get(ctx, Ssz, &Dm)) != RELCL_OK) goto done;
   if (p.rel && (st = relcl__pool_get(ctx, Rsz, &Cm)) != RELCL_OK) goto done;
-  if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
+  if (p.rel_v && !saved.mem && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
   if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Gm)) != RELCL_OK) goto done;
-  if ((p.flags & RELCL_DROPOUT) && (st = relcl__pool_get(ctx, Ssz, &Am)) != RELCL_OK)
+  if ((p.flags & RELCL_DROPOUT) && !saved.mem &&
+      (st = relcl__pool_get(ctx, Ssz, &Am)) != RELCL_OK)
     goto done;
-  relcl_buf A = Am ? relcl_buf_at(Am, 0) : probs; /* alpha' (= alpha without dropout) */
-  relcl_buf Db = relcl_buf_at(Dm, 0), Bb = relcl_buf_at(Bm, 0), Gb = relcl_buf_at(Gm, 0),
-            Cb = relcl_buf_at(Cm, 0);
+  /* alpha' (= alpha without dropout) and its label sums B': the forward's where it saved them */
+  relcl_buf A = saved.mem ? saved : Am ? relcl_buf_at(Am, 0) : probs;
+  relcl_buf Bb = saved.mem ? saved_sums(&p, saved) : relcl_buf_at(Bm, 0);
+  relcl_buf Db = relcl_buf_at(Dm, 0), Gb = relcl_buf_at(Gm, 0), Cb = relcl_buf_at(Cm, 0);
 
   /* alpha' and its label sums B', as the forward pass had them */
-  if (Am || p.rel_v) {
+  if (!saved.mem && (Am || p.rel_v)) {
     relcl__args a = {kdrop->kernel, 0, CL_SUCCESS};
     relcl__buf_arg(&a, probs, Dm);
     relcl__buf_arg(&a, relcl_buf_at(Am, 0), Dm);
