@@ -87,7 +87,7 @@ __kernel void attn_fwd_rows(__global float *S, uint s_off, __global const float 
   __global float *bk = Bk + b_off + (size_t)row * R;
 
 #ifdef RELCL_ROW_ITEM
-  relcl_fwd_row_item(s, p, p_label, a, bk, row, pq, len, nk, k, rlo, R, flags, scale,
+  relcl_fwd_row_item(s, p, p_label, false, a, bk, row, pq, len, nk, k, rlo, R, flags, scale,
                      drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo, stream_hi);
 #else
   float mx = -FLT_MAX;
@@ -184,7 +184,7 @@ __kernel void attn_bwd_rows(__global float *D, uint d_off, __global const float 
   __global float *cb = Cb + c_off + (size_t)row * R;
 
 #ifdef RELCL_ROW_ITEM
-  relcl_bwd_row_item(dd, g, g_label, a, 0, cb, row, pq, len, nk, k, rlo, R, flags, scale,
+  relcl_bwd_row_item(dd, g, g_label, false, a, 0, cb, row, pq, len, nk, k, rlo, R, flags, scale,
                      drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo, stream_hi);
 #else
   float dot = 0.0f;

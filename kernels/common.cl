@@ -392,12 +392,27 @@ inline void relcl_bucket_row(__global float *bk, __global const float *v, int pq
   for (c = hi + 1; c < R; c++) bk[c] = c + rlo == 2 * k ? right : 0.0f;
 }
 
+/* The label terms of keys j .. j+7 of a row at query position pq, each p[relcl_label(j + l, pq,
+ * k) - rlo], from p's R labels one float apart, every key's label among them (unmasked keys),
+ * where p's 8 floats before and 8 after are readable (gemm.cl's attn_fwd_cpu and attn_bwd_cpu:
+ * a row between two of the head's rows, R >= 8): the keys between the clipped edges in one
+ * load, those on an edge from its label's float, by selects, where a key on an edge had taken
+ * a load of its own (most of a row's keys at relcl-bench's default shape, 32 keys and k 8).
+ * The values are the loads': the same bits. */
+inline float8 relcl_labels8(__global const float *p, int j, int pq, int k, int rlo, int R) {
+  const int8 dl = (int8)(j - pq) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  const float8 mid = vload8(0, p + clamp(j - pq + k - rlo, -8, R));
+  /* a key left of the edge has label 0, so rlo is 0; right of it 2k, the last label */
+  return select(select(mid, (float8)(p[0]), dl <= (int8)(-k)), (float8)(p[R - 1]),
+                dl >= (int8)(k));
+}
+
 /* attn_fwd_rows' row in the item shape (and gemm.cl's attn_fwd_cpu's): s holds q.k of the row's
- * nk keys on entry, p its relative logits (label c at c p_label); adds them, scales, masks,
- * softmaxes; writes alpha to a, alpha' = dropout(alpha) over s, and the label sums of alpha' to
- * bk. */
+ * nk keys on entry, p its relative logits (label c at c p_label; with p_near, one float apart
+ * and read as relcl_labels8 says); adds them, scales, masks, softmaxes; writes alpha to a, alpha' =
+ * dropout(alpha) over s, and the label sums of alpha' to bk. */
 inline void relcl_fwd_row_item(__global float *s, __global const float *p, uint p_label,
-                               __global float *a, __global float *bk, int row, int pq, int len,
+                               bool p_near, __global float *a, __global float *bk, int row, int pq, int len,
                                int nk, int k, int rlo, int R, int flags, float scale,
                                uint drop_threshold, float drop_scale, uint seed_lo,
                                uint seed_hi, uint stream_lo, uint stream_hi) {
@@ -416,6 +431,11 @@ inline void relcl_fwd_row_item(__global float *s, __global const float *p, uint 
   for (int j = 0; j < vend; j += RELCL_COL_VEC) {
     RELCL_COL_VECTOR e = RELCL_COL_VLOAD(0, s + j);
     if (flags & RELCL_GATHER) {
+#if RELCL_COL_VEC == 8
+      if (p_near) {
+        e += relcl_labels8(p, j, pq, k, rlo, R);
+      } else
+#endif
       if (p_label == 1 && j - pq >= -k && j + RELCL_COL_VEC - 1 - pq <= k) {
         e += RELCL_COL_VLOAD(0, p + (j - pq + k - rlo));
       } else {
@@ -507,7 +527,8 @@ inline void relcl_drop_row_item(__global const float *a, __global float *ad_out,
 }
 
 /* attn_bwd_rows' row in the item shape (and gemm.cl's attn_bwd_cpu's): dd holds dalpha' =
- * dz . v of the row's keys on entry, g its label terms dz . wV (label c at c g_label), a its
+ * dz . v of the row's keys on entry, g its label terms dz . wV (label c at c g_label; with
+ * g_near, one float apart and read as relcl_labels8 says), a its
  * alpha; leaves the logits' gradient de in dd and its label sums in cb (with RELCL_BUCKET).
  *
  * With dropout, ad (not 0) is the row's alpha' where the caller has it (attn_bwd_cpu, after
@@ -520,7 +541,7 @@ inline void relcl_drop_row_item(__global const float *a, __global float *ad_out,
  * 1.09-1.10; issue 8's (125 x 4, d 64, k 16) 1.045. test_attention's dropout cases check
  * the kernels apart (Philox) give the same bits. */
 inline void relcl_bwd_row_item(__global float *dd, __global const float *g, uint g_label,
-                               __global const float *a, __global const float *ad,
+                               bool g_near, __global const float *a, __global const float *ad,
                                __global float *cb, int row, int pq, int len, int nk, int k,
                                int rlo, int R, int flags, float scale, uint drop_threshold,
                                float drop_scale, uint seed_lo, uint seed_hi, uint stream_lo,
@@ -547,7 +568,9 @@ inline void relcl_bwd_row_item(__global float *dd, __global const float *g, uint
       float8 da = vload8(0, dd + j);
       if (flags & RELCL_GATHER) { /* a vector where the labels are consecutive (the forward's
                                    * relcl_fwd_row_item) */
-        if (g_label == 1 && j - pq >= -k && j + 7 - pq <= k) {
+        if (g_near) {
+          da += relcl_labels8(g, j, pq, k, rlo, R);
+        } else if (g_label == 1 && j - pq >= -k && j + 7 - pq <= k) {
           da += vload8(0, g + (j - pq + k - rlo));
         } else {
           float t[8];

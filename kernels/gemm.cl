@@ -733,6 +733,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
   const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, flags);
   __global const float *Vb = V + v_off + (size_t)bh * n * dd;
   const bool next = bh + 1 < get_global_size(0);
+  const bool near = (flags & RELCL_GATHER) && R >= 8; /* relcl_labels8 between two rows */
   for (int i = 0; i < nq; i++) {
     const int row = (int)bh * nq + i;
     attn_ask(Vb, n * dd, (uint)i, m); /* alpha' V's, and the next head's Q K^T's */
@@ -740,7 +741,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
       attn_ask(Qb + m * dd, m * dd, (uint)i, m);
       attn_ask(K + k_off + (size_t)(bh + 1) * n * dd, n * dd, (uint)i, m);
     }
-    relcl_fwd_row_item(Sb + (size_t)i * n, Pb + (size_t)i * r, 1u,
+    relcl_fwd_row_item(Sb + (size_t)i * n, Pb + (size_t)i * r, 1u, near && i > 0 && i + 1 < nq,
                        probs + probs_off + (size_t)row * n, Bb + (size_t)i * r, row, q_pos0 + i,
                        len, nk, k, rlo, R, flags, scale, drop_threshold, drop_scale, seed_lo,
                        seed_hi, stream_lo, stream_hi);
@@ -802,10 +803,12 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
   attn_bt(Bt, m, n, dd, dZb, dd, Vb, Db, n);
   if (fb & RELCL_GATHER) attn_bt(Bt, m, r, dd, dZb, dd, wV + wv_off, Gb, r);
   const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, fb);
+  const bool near = (fb & RELCL_GATHER) && R >= 8; /* relcl_labels8 between two rows */
   for (int i = 0; i < nq; i++) {
     attn_ask(Kb, n * dd, (uint)i, m); /* dQ's and dK's */
     attn_ask(Qb, m * dd, (uint)i, m);
-    relcl_bwd_row_item(Db + (size_t)i * n, Gb + (size_t)i * r, 1u, ab + (size_t)i * n,
+    relcl_bwd_row_item(Db + (size_t)i * n, Gb + (size_t)i * r, 1u, near && i > 0 && i + 1 < nq,
+                       ab + (size_t)i * n,
                        has_a && (fb & RELCL_DROPOUT) ? Ab + (size_t)i * n : 0,
                        Cbb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, len, nk, k, rlo, R, fb,
                        scale, drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo,
