@@ -50,6 +50,10 @@ static const attn_case cases[] = {
     {"d=5", 2, 2, 9, 9, 5, 3, 1, 0, 0, 0, 0, 1, 0.0f, 2.0f},
     {"d=7 per-head", 1, 2, 6, 6, 7, 2, 1, 1, 0, 1, 0, 0, 0.0f, 2.0f},
     {"d=1", 1, 1, 5, 5, 1, 2, 1, 0, 0, 0, 0, 0, 0.0f, 2.0f},
+    /* at least 8 labels (2k + 1, or k + 1 causal) and rows between two rows: the fused
+     * kernels' eight-key label reads (common.cl relcl_labels8), small enough for Oclgrind */
+    {"labels8 both edges", 1, 2, 9, 9, 8, 4, 1, 0, 0, 0, 0, 1, 0.1f, 2.0f},
+    {"labels8 causal", 1, 2, 12, 12, 8, 7, 1, 0, 0, 1, 0, 0, 0.1f, 2.0f},
     /* the shared table's label kernels (attention.cl labels_shared, add_labels_shared) in
      * the item shape: rows not a multiple of their 4, d of whole vectors of 8 and with a
      * tail of 4, labels R = 33 (five vectors of 8, the last partial) */
