@@ -192,6 +192,25 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
                                  relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
                                  relcl_buf dwV);
 
+/* Training without computing the forward's dropout again: relcl_attn_forward_saved is
+ * relcl_attn_forward that also leaves alpha' = dropout(alpha) and, with the wV term, its sums
+ * by relative label in saved (relcl_attn_saved_size(desc) floats; probs is then required),
+ * and relcl_attn_backward_saved is relcl_attn_backward reading them there instead of
+ * computing them again from probs (a pass over the weights fewer, the same results bit for
+ * bit). saved must hold what the forward of the same desc and inputs left.
+ * relcl_attn_saved_size returns 0 for a desc relcl_attn_forward would refuse. */
+size_t relcl_attn_saved_size(const relcl_attn_desc *desc);
+relcl_status relcl_attn_forward_saved(relcl_context *ctx, const relcl_attn_desc *desc,
+                                      relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
+                                      relcl_buf wV, relcl_buf key_len, relcl_buf Z,
+                                      relcl_buf probs, relcl_buf saved);
+relcl_status relcl_attn_backward_saved(relcl_context *ctx, const relcl_attn_desc *desc,
+                                       relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
+                                       relcl_buf wV, relcl_buf key_len, relcl_buf probs,
+                                       relcl_buf saved, relcl_buf dZ, relcl_buf dQ,
+                                       relcl_buf dK, relcl_buf dV, relcl_buf dwK,
+                                       relcl_buf dwV);
+
 /* ---- profiling and device-memory statistics ---------------------------------------- */
 
 /* The parts of a training step device time is counted under. A GEMM's part is chosen where

@@ -173,10 +173,11 @@ static void free_run(device_run *r) {
 
 /* Forward and backward on the device, dwK and dwV starting at dw0: they accumulate
  * (dW += ...), so check_case starts them at DW0 and adds DW0 to the reference's, and an
- * overwrite instead of a sum is seen. */
+ * overwrite instead of a sum is seen. With saved, through relcl_attn_forward_saved and
+ * _backward_saved. */
 #define DW0 0.5
-static device_run run_device(relcl_context *ctx, const relcl_attn_desc *d, const tensors *t,
-                             float dw0) {
+static device_run run_device_as(relcl_context *ctx, const relcl_attn_desc *d, const tensors *t,
+                                float dw0, int saved) {
   cl_mem Q = tu_upload(ctx, t->Q, t->nQ), K = tu_upload(ctx, t->K, t->nKV),
          V = tu_upload(ctx, t->V, t->nKV), wK = tu_upload(ctx, t->wK, t->nW),
          wV = tu_upload(ctx, t->wV, t->nW), dZ = tu_upload(ctx, t->dZ, t->nQ);
@@ -193,13 +194,28 @@ static device_run run_device(relcl_context *ctx, const relcl_attn_desc *d, const
   TU_OK(relcl_fill(ctx, relcl_buf_at(dwV, 0), dw0, t->nW));
   relcl_buf none = RELCL_BUF_NONE;
   relcl_buf klb = kl ? relcl_buf_at(kl, 0) : none;
-  TU_OK(relcl_attn_forward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0), relcl_buf_at(V, 0),
-                           relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb, relcl_buf_at(Z, 0),
-                           relcl_buf_at(P, 0)));
-  TU_OK(relcl_attn_backward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0), relcl_buf_at(V, 0),
-                            relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb, relcl_buf_at(P, 0),
-                            relcl_buf_at(dZ, 0), relcl_buf_at(dQ, 0), relcl_buf_at(dK, 0),
-                            relcl_buf_at(dV, 0), relcl_buf_at(dwK, 0), relcl_buf_at(dwV, 0)));
+  cl_mem S = NULL;
+  if (saved) {
+    TU_OK(relcl_alloc(ctx, relcl_attn_saved_size(d), &S));
+    TU_OK(relcl_attn_forward_saved(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0),
+                                   relcl_buf_at(V, 0), relcl_buf_at(wK, 0), relcl_buf_at(wV, 0),
+                                   klb, relcl_buf_at(Z, 0), relcl_buf_at(P, 0),
+                                   relcl_buf_at(S, 0)));
+    TU_OK(relcl_attn_backward_saved(
+        ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0), relcl_buf_at(V, 0),
+        relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb, relcl_buf_at(P, 0), relcl_buf_at(S, 0),
+        relcl_buf_at(dZ, 0), relcl_buf_at(dQ, 0), relcl_buf_at(dK, 0), relcl_buf_at(dV, 0),
+        relcl_buf_at(dwK, 0), relcl_buf_at(dwV, 0)));
+  } else {
+    TU_OK(relcl_attn_forward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0), relcl_buf_at(V, 0),
+                             relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb, relcl_buf_at(Z, 0),
+                             relcl_buf_at(P, 0)));
+    TU_OK(relcl_attn_backward(ctx, d, relcl_buf_at(Q, 0), relcl_buf_at(K, 0),
+                              relcl_buf_at(V, 0), relcl_buf_at(wK, 0), relcl_buf_at(wV, 0), klb,
+                              relcl_buf_at(P, 0), relcl_buf_at(dZ, 0), relcl_buf_at(dQ, 0),
+                              relcl_buf_at(dK, 0), relcl_buf_at(dV, 0), relcl_buf_at(dwK, 0),
+                              relcl_buf_at(dwV, 0)));
+  }
   device_run r;
   r.Z = tu_download(ctx, Z, t->nQ);
   r.probs = tu_download(ctx, P, t->nP);
@@ -208,9 +224,14 @@ static device_run run_device(relcl_context *ctx, const relcl_attn_desc *d, const
   r.dV = tu_download(ctx, dV, t->nKV);
   r.dwK = tu_download(ctx, dwK, t->nW);
   r.dwV = tu_download(ctx, dwV, t->nW);
-  cl_mem all[] = {Q, K, V, wK, wV, dZ, kl, Z, P, dQ, dK, dV, dwK, dwV};
+  cl_mem all[] = {Q, K, V, wK, wV, dZ, kl, Z, P, dQ, dK, dV, dwK, dwV, S};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
   return r;
+}
+
+static device_run run_device(relcl_context *ctx, const relcl_attn_desc *d, const tensors *t,
+                             float dw0) {
+  return run_device_as(ctx, d, t, dw0, 0);
 }
 
 static int same_bits(const float *a, const float *b, size_t n) {
@@ -219,7 +240,7 @@ static int same_bits(const float *a, const float *b, size_t n) {
 
 /* The model's graph asks for Z, dQ, dK and dV in the merged layout (ops.h: sequence b's row
  * i, head h at b n ld + i ld + h dh), and has the forward save alpha' and its label sums for
- * the backward (ops.h, relcl__attn_saved_floats): each entry the same bits as in the heads
+ * the backward (ops.h, relcl_attn_saved_size): each entry the same bits as in the heads
  * layout of the public functions (r), which save nothing, the tables' gradients too; the
  * columns past the heads, the entry before each buffer's start and the one past the saved
  * state untouched. Then the backward again with the saved alpha' zeroed: dV = alpha'^T dZ must
@@ -229,7 +250,7 @@ static void check_merged(relcl_context *ctx, const relcl_attn_desc *d, const ten
   const size_t B = (size_t)d->batch, H = (size_t)d->heads, dh = (size_t)d->head_dim;
   const size_t nq = (size_t)d->nq, nk = (size_t)d->nk, ld = H * dh + 3;
   const size_t nz = 1 + B * nq * ld, nkv = 1 + B * nk * ld;
-  const size_t nsaved = relcl__attn_saved_floats(d), ns = 2 + nsaved;
+  const size_t nsaved = relcl_attn_saved_size(d), ns = 2 + nsaved;
   const size_t ninit = nkv > nz ? (nkv > ns ? nkv : ns) : (nz > ns ? nz : ns);
   const float sentinel = -7.25f;
   float *init = tu_alloc_host(ninit);
@@ -361,6 +382,14 @@ static void check_case(relcl_context *ctx, const attn_case *c) {
              same_bits(r.dV, r2.dV, t.nKV) && same_bits(r.dwK, r2.dwK, t.nW) &&
              same_bits(r.dwV, r2.dwV, t.nW);
   tu_check(same, "%-24s bitwise identical on a second run", c->name);
+  /* the public functions with a saved state: the same bits */
+  device_run rs = run_device_as(ctx, &d, &t, (float)DW0, 1);
+  same = same_bits(r.Z, rs.Z, t.nQ) && same_bits(r.probs, rs.probs, t.nP) &&
+         same_bits(r.dQ, rs.dQ, t.nQ) && same_bits(r.dK, rs.dK, t.nKV) &&
+         same_bits(r.dV, rs.dV, t.nKV) && same_bits(r.dwK, rs.dwK, t.nW) &&
+         same_bits(r.dwV, rs.dwV, t.nW);
+  tu_check(same, "%-24s relcl_attn_forward_saved / _backward_saved: the same bits", c->name);
+  free_run(&rs);
   check_merged(ctx, &d, &t, &r, c->name);
   if (apart && same_sums(c)) { /* one kernel a head: the bits of the kernels it joins */
     device_run ra = run_device(apart, &d, &t, (float)DW0);

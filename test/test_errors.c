@@ -109,6 +109,38 @@ int main(void) {
   d = good, d.max_rel = -3;
   EXPECT(bwd(&d, big, big, big), RELCL_ERR_INVALID_ARG, "backward k < 0");
 
+  /* the saved state: 2 x 2 heads x 8 rows, alpha' (8 keys) and 2 min(7, 3) + 1 label sums */
+  settle();
+  tu_check(relcl_attn_saved_size(&good) == 32 * 8 + 32 * 7, "saved state of %zu floats (480)",
+           relcl_attn_saved_size(&good));
+  d = good, d.keys_only = 1;
+  tu_check(relcl_attn_saved_size(&d) == 32 * 8, "keys_only: no label sums saved (%zu)",
+           relcl_attn_saved_size(&d));
+  d = good, d.nq = 0;
+  expect(relcl_attn_saved_size(&d) == 0 ? RELCL_ERR_INVALID_ARG : RELCL_OK,
+         RELCL_ERR_INVALID_ARG, "saved size of nq = 0: 0, with the message");
+  cl_mem sv = NULL;
+  TU_OK(relcl_alloc(ctx, 480, &sv));
+#define FWD_SAVED(probs, saved)                                                             \
+  relcl_attn_forward_saved(ctx, &good, B(big), B(big), B(big), B(big), B(big), RELCL_BUF_NONE, \
+                           B(big), probs, saved)
+#define BWD_SAVED(saved)                                                                    \
+  relcl_attn_backward_saved(ctx, &good, B(big), B(big), B(big), B(big), B(big),            \
+                            RELCL_BUF_NONE, B(big), saved, B(big), B(big), B(big), B(big),   \
+                            B(big), B(big))
+  EXPECT(FWD_SAVED(B(big), B(sv)), RELCL_OK, "a valid forward_saved succeeds");
+  EXPECT(BWD_SAVED(B(sv)), RELCL_OK, "a valid backward_saved succeeds");
+  EXPECT(FWD_SAVED(B(big), RELCL_BUF_NONE), RELCL_ERR_INVALID_ARG, "forward_saved without saved");
+  EXPECT(FWD_SAVED(RELCL_BUF_NONE, B(sv)), RELCL_ERR_INVALID_ARG, "forward_saved without probs");
+  EXPECT(FWD_SAVED(B(big), relcl_buf_at(sv, 1)), RELCL_ERR_BUFFER_TOO_SMALL,
+         "forward_saved: saved one float short");
+  EXPECT(BWD_SAVED(relcl_buf_at(sv, 1)), RELCL_ERR_BUFFER_TOO_SMALL,
+         "backward_saved: saved one float short");
+  EXPECT(BWD_SAVED(RELCL_BUF_NONE), RELCL_ERR_INVALID_ARG, "backward_saved without saved");
+#undef FWD_SAVED
+#undef BWD_SAVED
+  clReleaseMemObject(sv);
+
   float host[16] = {0};
   EXPECT(relcl_write(ctx, B(small_buf), host, 16), RELCL_ERR_BUFFER_TOO_SMALL,
          "write past the end");

@@ -102,7 +102,7 @@ static size_t self_saved(const relcl_model_config *c, int B, int n, bool decoder
   d.relative = (c->positions & RELCL_POS_RELATIVE) != 0;
   d.keys_only = c->rel_keys_only;
   d.causal = decoder;
-  return relcl__attn_saved_floats(&d);
+  return relcl_attn_saved_size(&d);
 }
 
 relcl_status relcl__model_layout(relcl_model *m, int B, int S, int T) {

@@ -476,30 +476,53 @@ static relcl_status launch_rows(relcl_context *ctx, relcl__kernel_entry *k, relc
   return relcl__launch_rows(ctx, k, a, p->rows, p->nk, 1, relcl__row_item(ctx));
 }
 
-relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
-                                relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
-                                relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
+/* The forward's saved state's floats (ops.h): alpha' (rows x nk), then with the a^V term
+ * its label sums (rows x R, as attn_fwd_rows writes Bk) */
+static size_t saved_floats(const plan *p) {
+  return p->rows * p->nk + (p->rel_v ? p->rows * (size_t)p->R : 0);
+}
+
+size_t relcl_attn_saved_size(const relcl_attn_desc *desc) {
+  relcl__clear_error();
+  plan p = {0};
+  return make_plan(desc, &p) == RELCL_OK ? saved_floats(&p) : 0;
+}
+
+/* relcl_attn_forward and _forward_saved: the checks, then the unchecked forward */
+static relcl_status attn_forward_checked(relcl_context *ctx, const relcl_attn_desc *desc,
+                                         relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
+                                         relcl_buf wV, relcl_buf key_len, relcl_buf Z,
+                                         relcl_buf probs, relcl_buf saved, bool with_saved) {
   relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p = {0};
   relcl_status st = make_plan(desc, &p);
   if (st == RELCL_OK) st = check_inputs(&p, desc, Q, K, V, wK, wV, key_len);
   if (st == RELCL_OK) st = relcl__check_buf(Z, p.rows * p.d, "Z");
-  if (st == RELCL_OK && probs.mem) st = relcl__check_buf(probs, p.rows * p.nk, "probs");
+  if (st == RELCL_OK && (probs.mem || with_saved))
+    st = relcl__check_buf(probs, p.rows * p.nk, "probs");
+  if (st == RELCL_OK && with_saved) st = relcl__check_buf(saved, saved_floats(&p), "saved");
   if (st != RELCL_OK) return st;
-  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs, RELCL_BUF_NONE);
+  return relcl__attn_forward(ctx, desc, Q, K, V, wK, wV, key_len, Z, 0, probs, saved);
 }
 
-/* The forward's state the backward would otherwise recompute (ops.h): alpha' (rows x nk),
- * then with the a^V term its label sums (rows x R, as attn_fwd_rows writes Bk) */
+relcl_status relcl_attn_forward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                relcl_buf key_len, relcl_buf Z, relcl_buf probs) {
+  return attn_forward_checked(ctx, desc, Q, K, V, wK, wV, key_len, Z, probs, RELCL_BUF_NONE,
+                              false);
+}
+
+relcl_status relcl_attn_forward_saved(relcl_context *ctx, const relcl_attn_desc *desc,
+                                      relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
+                                      relcl_buf wV, relcl_buf key_len, relcl_buf Z,
+                                      relcl_buf probs, relcl_buf saved) {
+  return attn_forward_checked(ctx, desc, Q, K, V, wK, wV, key_len, Z, probs, saved, true);
+}
+
+/* The label sums in the forward's saved state (saved_floats) */
 static relcl_buf saved_sums(const plan *p, relcl_buf saved) {
   return relcl_buf_at(saved.mem, saved.offset + p->rows * p->nk);
-}
-
-size_t relcl__attn_saved_floats(const relcl_attn_desc *desc) {
-  plan p = {0};
-  if (make_plan(desc, &p) != RELCL_OK) return 0;
-  return p.rows * p.nk + (p.rel_v ? p.rows * (size_t)p.R : 0);
 }
 
 /* The profile names and rates each fused kernel as the one product m x n x k with as many
@@ -637,11 +660,13 @@ done:
   return st;
 }
 
-relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
-                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
-                                 relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
-                                 relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
-                                 relcl_buf dwV) {
+/* relcl_attn_backward and _backward_saved: the checks, then the unchecked backward */
+static relcl_status attn_backward_checked(relcl_context *ctx, const relcl_attn_desc *desc,
+                                          relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
+                                          relcl_buf wV, relcl_buf key_len, relcl_buf probs,
+                                          relcl_buf saved, bool with_saved, relcl_buf dZ,
+                                          relcl_buf dQ, relcl_buf dK, relcl_buf dV,
+                                          relcl_buf dwK, relcl_buf dwV) {
   relcl__clear_error();
   if (ctx == NULL) return relcl__fail(RELCL_ERR_INVALID_ARG, "attention: ctx is NULL");
   plan p = {0};
@@ -656,9 +681,29 @@ relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc
   if (st == RELCL_OK) st = relcl__check_buf(dV, p.BH * p.nk * p.d, "dV");
   if (st == RELCL_OK && p.rel && dwK.mem) st = relcl__check_buf(dwK, tables * p.table, "dwK");
   if (st == RELCL_OK && p.rel_v && dwV.mem) st = relcl__check_buf(dwV, tables * p.table, "dwV");
+  if (st == RELCL_OK && with_saved) st = relcl__check_buf(saved, saved_floats(&p), "saved");
   if (st != RELCL_OK) return st;
-  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, RELCL_BUF_NONE, dZ,
-                              dQ, 0, dK, dV, 0, dwK, dwV);
+  return relcl__attn_backward(ctx, desc, Q, K, V, wK, wV, key_len, probs, saved, dZ, dQ, 0, dK,
+                              dV, 0, dwK, dwV);
+}
+
+relcl_status relcl_attn_backward(relcl_context *ctx, const relcl_attn_desc *desc, relcl_buf Q,
+                                 relcl_buf K, relcl_buf V, relcl_buf wK, relcl_buf wV,
+                                 relcl_buf key_len, relcl_buf probs, relcl_buf dZ,
+                                 relcl_buf dQ, relcl_buf dK, relcl_buf dV, relcl_buf dwK,
+                                 relcl_buf dwV) {
+  return attn_backward_checked(ctx, desc, Q, K, V, wK, wV, key_len, probs, RELCL_BUF_NONE,
+                               false, dZ, dQ, dK, dV, dwK, dwV);
+}
+
+relcl_status relcl_attn_backward_saved(relcl_context *ctx, const relcl_attn_desc *desc,
+                                       relcl_buf Q, relcl_buf K, relcl_buf V, relcl_buf wK,
+                                       relcl_buf wV, relcl_buf key_len, relcl_buf probs,
+                                       relcl_buf saved, relcl_buf dZ, relcl_buf dQ,
+                                       relcl_buf dK, relcl_buf dV, relcl_buf dwK,
+                                       relcl_buf dwV) {
+  return attn_backward_checked(ctx, desc, Q, K, V, wK, wV, key_len, probs, saved, true, dZ, dQ,
+                               dK, dV, dwK, dwV);
 }
 
 /* The backward in one kernel a head (kernels/gemm.cl attn_bwd_cpu), then the tables'

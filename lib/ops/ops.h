@@ -16,11 +16,12 @@
  * dkv_ld 0 (as the public functions), else merged: sequence b's row i, head h at b n ld + i
  * ld + h dh (relcl__heads_merge's layout with row length ld, the buffer at head 0's column;
  * dK and dV share dkv_ld), written there by the products where relcl's own products run. */
-/* With saved (relcl__attn_saved_floats(desc) floats; absent: RELCL_BUF_NONE), the forward
- * leaves there what the backward would otherwise compute again before its products (alpha' =
- * dropout(alpha) and, with the a^V term, its label sums), and the backward given the same
- * region reads them: the same bits, without the backward's pass over the weights (Philox's
- * rounds and the label sums a second time). relcl-bench's default configuration on the
+/* With saved (relcl_attn_saved_size(desc) floats; absent: RELCL_BUF_NONE), as
+ * relcl_attn_forward_saved / _backward_saved: the forward leaves there what the backward
+ * would otherwise compute again before its products (alpha' = dropout(alpha) and, with the
+ * a^V term, its label sums), and the backward given the same region reads them: the same
+ * bits, without the backward's pass over the weights (Philox's rounds and the label sums a
+ * second time). relcl-bench's default configuration on the
  * model-207 Xeon, this and the build before it alternated three times: attn_bwd_cpu 0.70 of
  * its time, attention's part of a step 0.80 (relative) and 0.85 (absolute). The model's graph
  * keeps the region for each attention block, beside its weights (model_graph.c). */
@@ -33,8 +34,6 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
                                   relcl_buf key_len, relcl_buf probs, relcl_buf saved,
                                   relcl_buf dZ, relcl_buf dQ, size_t dq_ld, relcl_buf dK,
                                   relcl_buf dV, size_t dkv_ld, relcl_buf dwK, relcl_buf dwV);
-/* Floats of the forward's saved state for desc (0 for a descriptor make_plan refuses) */
-size_t relcl__attn_saved_floats(const relcl_attn_desc *desc);
 relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n, int d_model,
                                int pos0);
 
