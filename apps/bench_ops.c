@@ -16,7 +16,7 @@ enum { MAX_LINEAR = 5, MAX_NAMES = 128, MAX_OP_REPS = BENCH_MAX_OP_REPS };
 
 /* One side's buffers: a linear layer's x, W, b, y, dy, dx, dW, db, and attention's. */
 enum { L_X, L_W, L_B, L_Y, L_DY, L_DX, L_DW, L_DB, L_N };
-enum { A_Q, A_K, A_V, A_Z, A_DZ, A_DQ, A_DK, A_DV, A_P, A_WK, A_WV, A_DWK, A_DWV, A_N };
+enum { A_Q, A_K, A_V, A_Z, A_DZ, A_DQ, A_DK, A_DV, A_P, A_WK, A_WV, A_DWK, A_DWV, A_S, A_N };
 
 typedef struct side {
   relcl_context *ctx;
@@ -47,7 +47,11 @@ static relcl_status side_alloc(side *s, const bench_ops_opts *o) {
   const size_t x = (size_t)o->sentences * o->heads * o->len * o->head_dim;
   const size_t w = (size_t)(2 * o->k + 1) * o->head_dim;
   const size_t p = (size_t)o->sentences * o->heads * o->len * o->len;
-  const size_t sizes[A_N] = {x, x, x, x, x, x, x, x, p, w, w, w, w};
+  /* the saved state (relcl_attn_forward_saved): relative self-attention's, the larger */
+  const relcl_attn_desc self = relcl_attn_desc_self(o->sentences, o->heads, o->len,
+                                                    o->head_dim, o->k);
+  const size_t sv = relcl_attn_saved_size(&self);
+  const size_t sizes[A_N] = {x, x, x, x, x, x, x, x, p, w, w, w, w, sv};
   /* small values: any data times the same, but keep the softmax away from overflow */
   for (int i = 0; i < A_N && st == RELCL_OK; i++)
     st = bench_alloc_fill(s->ctx, sizes[i], 0.01f * (float)(i % 5), &s->att[i]);
@@ -63,7 +67,7 @@ static void side_free(side *s) {
 }
 
 /* Every op once, forward then backward: the linear layers, then relative self-attention
- * (dropout as in training) and cross attention. */
+ * (dropout and the saved state as in training) and cross attention. */
 static relcl_status run_ops(side *s, const bench_ops_opts *o) {
 #define LB(l, i) relcl_buf_at(s->lin[l][i], 0)
 #define AB(i) relcl_buf_at(s->att[i], 0)
@@ -85,12 +89,12 @@ static relcl_status run_ops(side *s, const bench_ops_opts *o) {
   cross.seed = 7;
   const relcl_attn_desc *d[2] = {&self, &cross};
   for (int a = 0; a < 2 && st == RELCL_OK; a++) {
-    st = relcl_attn_forward(s->ctx, d[a], AB(A_Q), AB(A_K), AB(A_V), AB(A_WK), AB(A_WV),
-                            RELCL_BUF_NONE, AB(A_Z), AB(A_P));
+    st = relcl_attn_forward_saved(s->ctx, d[a], AB(A_Q), AB(A_K), AB(A_V), AB(A_WK), AB(A_WV),
+                                  RELCL_BUF_NONE, AB(A_Z), AB(A_P), AB(A_S));
     if (st == RELCL_OK)
-      st = relcl_attn_backward(s->ctx, d[a], AB(A_Q), AB(A_K), AB(A_V), AB(A_WK), AB(A_WV),
-                               RELCL_BUF_NONE, AB(A_P), AB(A_DZ), AB(A_DQ), AB(A_DK), AB(A_DV),
-                               AB(A_DWK), AB(A_DWV));
+      st = relcl_attn_backward_saved(s->ctx, d[a], AB(A_Q), AB(A_K), AB(A_V), AB(A_WK),
+                                     AB(A_WV), RELCL_BUF_NONE, AB(A_P), AB(A_S), AB(A_DZ),
+                                     AB(A_DQ), AB(A_DK), AB(A_DV), AB(A_DWK), AB(A_DWV));
   }
   return st == RELCL_OK ? relcl_finish(s->ctx) : st;
 #undef LB
