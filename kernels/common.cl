@@ -224,13 +224,14 @@ inline float relcl_row_max(__local float *red, float v) { return v; }
 #define RELCL_COL_VECTOR RELCL_PASTE(float, RELCL_COL_VEC)
 #define RELCL_COL_VLOAD RELCL_PASTE(vload, RELCL_COL_VEC)
 #define RELCL_COL_VSTORE RELCL_PASTE(vstore, RELCL_COL_VEC)
-/* the lanes of v, halves added to halves: three steps in registers where adding them in order
- * through memory took seven, each waiting on the one before (perf: a tenth of attention's
- * forward rows) */
+/* the lanes of v, halves added to halves (((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))):
+ * three steps where adding them in order took seven, each waiting on the one before (perf: a
+ * tenth of attention's forward rows). Through memory: Oclgrind's uninitialized-value checker
+ * crashes on a vector's halves and lanes taken in registers (v.lo + v.hi, s2.x + s2.y). */
 inline float relcl_lanes_sum8(float8 v) {
-  const float4 s4 = v.lo + v.hi;
-  const float2 s2 = s4.lo + s4.hi;
-  return s2.x + s2.y;
+  float l[8];
+  vstore8(v, 0, l);
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
 /* Sums over a row in the item shape go in RELCL_COL_VEC lanes (lane l takes the columns
