@@ -647,20 +647,52 @@ inline void attn_bt(__local float *Bt, uint m, uint n, uint k, __global const fl
   }
 }
 
+/* The terms p0 .. p1-1 of op(A)'s k that can be other than 0 for attn_ab's block of rows
+ * i0 .. i0 + rows - 1 (rows past m not counted), A being attention weights (alpha') or their
+ * gradient (D), 0 at every masked (query, key): with ATTN_QUERY_ROWS the block's rows are
+ * queries and the sum runs over keys, which stop at the key length len and, causal, at the
+ * block's last query's position q0 + i; with ATTN_KEY_ROWS its rows are keys and the sum runs
+ * over queries, none of which sees a key at or past len and, causal, none before the key's
+ * position. The other terms add 0 (or -0) to a sum that starts at +0 and is never -0: leaving
+ * them out gives the same bits, so long as B holds no infinity or NaN. */
+enum { ATTN_ALL_TERMS, ATTN_QUERY_ROWS, ATTN_KEY_ROWS };
+inline uint2 attn_terms(int mode, uint i0, uint rows, uint m, uint k, uint len, bool causal,
+                        uint q0) {
+  if (mode == ATTN_QUERY_ROWS) {
+    const uint last = min(i0 + rows, m) - 1;
+    return (uint2)(0u, min(k, causal ? min(len, q0 + last + 1) : len));
+  }
+  if (mode == ATTN_KEY_ROWS) {
+    if (i0 >= len) return (uint2)(0u, 0u);
+    /* max, not i0 > q0 ? i0 - q0 : 0 (clang makes that llvm.usub.sat, unknown to Oclgrind) */
+    return (uint2)(causal ? min((uint)max((int)i0 - (int)q0, 0), k) : 0u, k);
+  }
+  return (uint2)(0u, k);
+}
+
 /* C (m x n, rows ldc apart) = op(A) B (+ A2 B2 with k2 > 0) on CPU devices: gemm_cpu_batch's
  * sum for one product, B (k x n) and B2 (k2 x n) rows n apart (attn_fwd_cpu's alpha' V + B'
- * wV, attn_bwd_cpu's dV, dQ + C wK, dK) */
+ * wV, attn_bwd_cpu's dV, dQ + C wK, dK; table_grads_cpu's), each block of rows over only the
+ * terms attn_terms gives (mode, len, causal, q0 as there) */
 inline void attn_ab(uint m, uint n, uint k, __global const float *A, uint lda, int trans_a,
                     __global const float *B, __global const float *A2, uint lda2,
-                    __global const float *B2, uint k2, __global float *C, uint ldc) {
+                    __global const float *B2, uint k2, __global float *C, uint ldc, int mode,
+                    uint len, bool causal, uint q0) {
+  const size_t sp = trans_a ? lda : 1u; /* op(A)[i][p] is A[i][p sp] */
   for (uint j0 = 0; j0 < n; j0 += 2 * CPU_W)
-    for (uint i0 = 0; i0 < m; i0 += CPU_MR)
-      if (m - i0 <= CPU_MR / 2)
-        cpu_rows(i0, j0, m, n, k, 1.0f, 0.0f, A, lda, trans_a, B + j0, n, A2, lda2, B2 + j0, n,
-                 k2, C + j0, ldc, false, 0, A, 0, B, C, A2, 0, true, C, 0, 0, 0, 0, 0);
+    for (uint i0 = 0; i0 < m; i0 += CPU_MR) {
+      const bool few = m - i0 <= CPU_MR / 2;
+      const uint2 t = attn_terms(mode, i0, few ? CPU_MR / 2 : CPU_MR, m, k, len, causal, q0);
+      __global const float *Ap = A + t.x * sp, *Bp = B + (size_t)t.x * n + j0;
+      if (few)
+        cpu_rows(i0, j0, m, n, t.y - t.x, 1.0f, 0.0f, Ap, lda, trans_a, Bp, n, A2, lda2,
+                 B2 + j0, n, k2, C + j0, ldc, false, 0, A, 0, B, C, A2, 0, true, C, 0, 0, 0, 0,
+                 0);
       else
-        cpu_rows(i0, j0, m, n, k, 1.0f, 0.0f, A, lda, trans_a, B + j0, n, A2, lda2, B2 + j0, n,
-                 k2, C + j0, ldc, false, 0, A, 0, B, C, A2, 0, false, C, 0, 0, 0, 0, 0);
+        cpu_rows(i0, j0, m, n, t.y - t.x, 1.0f, 0.0f, Ap, lda, trans_a, Bp, n, A2, lda2,
+                 B2 + j0, n, k2, C + j0, ldc, false, 0, A, 0, B, C, A2, 0, false, C, 0, 0, 0, 0,
+                 0);
+    }
 }
 
 /* A shared table's gradient on CPU devices (lib/ops/attention.c shared_table_grads), the
@@ -679,7 +711,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void table_grads_cpu(
   __global const float *L = (t ? L1 + l1_off : L0 + l0_off) + (size_t)i0 * r;
   __global const float *X = (t ? X1 + x1_off : X0 + x0_off) + (size_t)i0 * dd;
   attn_ab(r, dd, len, L, r, 1, X, L, 0, X, 0,
-          part + ((size_t)t * get_global_size(0) + c) * r * dd, dd);
+          part + ((size_t)t * get_global_size(0) + c) * r * dd, dd, ATTN_ALL_TERMS, 0u, false,
+          0u);
 }
 
 /* Slice i of `of` of the len floats at p, asked for (CPU_PREFETCH) a slice at each of a head's
@@ -746,9 +779,10 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
                        len, nk, k, rlo, R, flags, scale, drop_threshold, drop_scale, seed_lo,
                        seed_hi, stream_lo, stream_hi);
   }
-  attn_ab(m, dd, n, Sb, n, 0, Vb, Bb, r, wV + wv_off,
-          (flags & RELCL_BUCKET) ? r : 0u, Z + z_off + attn_head_at(bh, (uint)H, m, dd, z_ld),
-          z_ld > 0 ? z_ld : dd);
+  const bool causal = (flags & RELCL_CAUSAL) != 0;
+  attn_ab(m, dd, n, Sb, n, 0, Vb, Bb, r, wV + wv_off, (flags & RELCL_BUCKET) ? r : 0u,
+          Z + z_off + attn_head_at(bh, (uint)H, m, dd, z_ld), z_ld > 0 ? z_ld : dd,
+          ATTN_QUERY_ROWS, (uint)len, causal, (uint)q_pos0);
 }
 
 /* Attention's backward on CPU devices, a work-item per (sequence, head) bh, for a shared
@@ -796,13 +830,15 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
                           Bb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, nk, k, rlo, R, fd,
                           drop_threshold, drop_scale, seed_lo, seed_hi, stream_lo, stream_hi);
   }
+  const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, fb);
+  const bool causal = (fb & RELCL_CAUSAL) != 0;
   /* dV = alpha'^T dZ */
   attn_ab(n, dd, m, Ab, n, 1, dZb, Ab, 0, dZb, 0,
-          dV + dv_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd);
+          dV + dv_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd,
+          ATTN_KEY_ROWS, (uint)len, causal, (uint)q_pos0);
   /* D = dZ V^T, G = dZ wV^T */
   attn_bt(Bt, m, n, dd, dZb, dd, Vb, Db, n);
   if (fb & RELCL_GATHER) attn_bt(Bt, m, r, dd, dZb, dd, wV + wv_off, Gb, r);
-  const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, fb);
   const bool near = (fb & RELCL_GATHER) && R >= 8; /* relcl_labels8 between two rows */
   for (int i = 0; i < nq; i++) {
     attn_ask(Kb, n * dd, (uint)i, m); /* dQ's and dK's */
@@ -816,8 +852,10 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
   }
   /* dQ = D K (+ C wK), dK = D^T Q */
   attn_ab(m, dd, n, Db, n, 0, Kb, Cbb, r, wK + wk_off, (fb & RELCL_BUCKET) ? r : 0u,
-          dQ + dq_off + attn_head_at(bh, (uint)H, m, dd, dq_ld), dq_ld > 0 ? dq_ld : dd);
+          dQ + dq_off + attn_head_at(bh, (uint)H, m, dd, dq_ld), dq_ld > 0 ? dq_ld : dd,
+          ATTN_QUERY_ROWS, (uint)len, causal, (uint)q_pos0);
   attn_ab(n, dd, m, Db, n, 1, Qb, Db, 0, Qb, 0,
-          dK + dk_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd);
+          dK + dk_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd,
+          ATTN_KEY_ROWS, (uint)len, causal, (uint)q_pos0);
 }
 #endif
