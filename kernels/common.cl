@@ -468,12 +468,17 @@ inline void relcl_fwd_row_item(__global float *s, __global const float *p, uint 
     RELCL_COL_VSTORE(e, 0, s + j);
     sum8 += e;
   }
-  float sum = relcl_lanes_sum(sum8);
-  for (int j = vend; j < lim; j++) {
-    const float e = exp(s[j] - mx);
-    s[j] = e;
-    sum += e;
+  if (vend < lim) { /* the tail as one more vector, its lanes past lim exp(-inf) = 0, where
+                     * it took a scalar exp a key: relcl-train on the bundled data's short
+                     * sentences, this function 0.81-0.90 of its samples (model-207 Xeon) */
+    float t[RELCL_COL_VEC];
+    for (int l = 0; l < RELCL_COL_VEC; l++) t[l] = vend + l < lim ? s[vend + l] - mx : -INFINITY;
+    const RELCL_COL_VECTOR e = exp(RELCL_COL_VLOAD(0, t));
+    RELCL_COL_VSTORE(e, 0, t);
+    for (int j = vend; j < lim; j++) s[j] = t[j - vend];
+    sum8 += e;
   }
+  const float sum = relcl_lanes_sum(sum8);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* every key masked: weights all 0 */
 
   /* eight keys at a time; keys at or past lim (masked) get alpha 0 */
