@@ -417,10 +417,10 @@ inline float8 relcl_labels8(__global const float *p, int j, int pq, int k, int r
  * and read as relcl_labels8 says); adds them, scales, masks, softmaxes; writes alpha to a, alpha' =
  * dropout(alpha) over s, and the label sums of alpha' to bk. */
 inline void relcl_fwd_row_item(__global float *s, __global const float *p, uint p_label,
-                               bool p_near, __global float *a, __global float *bk, int row, int pq, int len,
-                               int nk, int k, int rlo, int R, int flags, float scale,
-                               uint drop_threshold, float drop_scale, uint seed_lo,
-                               uint seed_hi, uint stream_lo, uint stream_hi) {
+                               bool p_near, __global float *a, __global float *bk, int row,
+                               int pq, int len, int nk, int k, int rlo, int R, int flags,
+                               float scale, uint drop_threshold, float drop_scale,
+                               uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
   /* The item shape (CPUs): the unmasked keys are the prefix j < lim, and exp runs on whole
    * vectors of it, then on its tail (loss.cl's pattern); the sum goes in lanes
    * (relcl_lanes_sum). Scalar exp was half of this kernel's time on PoCL. */

@@ -13,7 +13,7 @@
 #define RELCL_KEY_LEN 8  /* mask keys j >= key_len[b] */
 #define RELCL_DROPOUT 16 /* dropout on the attention weights */
 #define RELCL_WRITE_A 32 /* attn_drop_rows: write the dropped weights */
-#define RELCL_SAVED 64   /* attn_bwd_cpu: alpha' and its label sums are the forward's (no drop pass) */
+#define RELCL_SAVED 64   /* attn_bwd_cpu: alpha' and its label sums are the forward's */
 
 /* decode.cl: attn_step, the decoder's one-step attention over the caches */
 #define RELCL_STEP_REL_K 1    /* add q . wK[r] to the logits */

@@ -826,7 +826,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_fwd_cpu(
  *   dQ = D K (+ Cb wK with RELCL_BUCKET);  dK = D^T Q.
  * The tables' gradients (sums over every head) are left to the host, from Bk and Cb. A is
  * probs where there is no dropout and nothing saved; A, D, G, Bk and Cb are (BH nq nk), (BH
- * nq nk) and (BH nq R) floats. dQ at ld dq_ld, dK and dV at dkv_ld (attn_head_at). Global (BH), local (1). */
+ * nq nk) and (BH nq R) floats. dQ at ld dq_ld, dK and dV at dkv_ld (attn_head_at). Global
+ * (BH), local (1). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
     __global const float *Q, uint q_off, __global const float *K, uint k_off,
     __global const float *V, uint v_off, __global const float *wK, uint wk_off,

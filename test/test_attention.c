@@ -238,6 +238,14 @@ static int same_bits(const float *a, const float *b, size_t n) {
   return memcmp(a, b, n * sizeof *a) == 0;
 }
 
+/* Every output of two runs, bit for bit */
+static int same_run(const device_run *a, const device_run *b, const tensors *t) {
+  return same_bits(a->Z, b->Z, t->nQ) && same_bits(a->probs, b->probs, t->nP) &&
+         same_bits(a->dQ, b->dQ, t->nQ) && same_bits(a->dK, b->dK, t->nKV) &&
+         same_bits(a->dV, b->dV, t->nKV) && same_bits(a->dwK, b->dwK, t->nW) &&
+         same_bits(a->dwV, b->dwV, t->nW);
+}
+
 /* The model's graph asks for Z, dQ, dK and dV in the merged layout (ops.h: sequence b's row
  * i, head h at b n ld + i ld + h dh), and has the forward save alpha' and its label sums for
  * the backward (ops.h, relcl_attn_saved_size): each entry the same bits as in the heads
@@ -377,27 +385,17 @@ static void check_case(relcl_context *ctx, const attn_case *c) {
 
   /* the same call again gives the same bits: no order depends on scheduling */
   device_run r2 = run_device(ctx, &d, &t, (float)DW0);
-  int same = same_bits(r.Z, r2.Z, t.nQ) && same_bits(r.probs, r2.probs, t.nP) &&
-             same_bits(r.dQ, r2.dQ, t.nQ) && same_bits(r.dK, r2.dK, t.nKV) &&
-             same_bits(r.dV, r2.dV, t.nKV) && same_bits(r.dwK, r2.dwK, t.nW) &&
-             same_bits(r.dwV, r2.dwV, t.nW);
-  tu_check(same, "%-24s bitwise identical on a second run", c->name);
+  tu_check(same_run(&r, &r2, &t), "%-24s bitwise identical on a second run", c->name);
   /* the public functions with a saved state: the same bits */
   device_run rs = run_device_as(ctx, &d, &t, (float)DW0, 1);
-  same = same_bits(r.Z, rs.Z, t.nQ) && same_bits(r.probs, rs.probs, t.nP) &&
-         same_bits(r.dQ, rs.dQ, t.nQ) && same_bits(r.dK, rs.dK, t.nKV) &&
-         same_bits(r.dV, rs.dV, t.nKV) && same_bits(r.dwK, rs.dwK, t.nW) &&
-         same_bits(r.dwV, rs.dwV, t.nW);
-  tu_check(same, "%-24s relcl_attn_forward_saved / _backward_saved: the same bits", c->name);
+  tu_check(same_run(&r, &rs, &t), "%-24s relcl_attn_forward_saved / _backward_saved: the same bits",
+           c->name);
   free_run(&rs);
   check_merged(ctx, &d, &t, &r, c->name);
   if (apart && same_sums(c)) { /* one kernel a head: the bits of the kernels it joins */
     device_run ra = run_device(apart, &d, &t, (float)DW0);
-    same = same_bits(r.Z, ra.Z, t.nQ) && same_bits(r.probs, ra.probs, t.nP) &&
-           same_bits(r.dQ, ra.dQ, t.nQ) && same_bits(r.dK, ra.dK, t.nKV) &&
-           same_bits(r.dV, ra.dV, t.nKV) && same_bits(r.dwK, ra.dwK, t.nW) &&
-           same_bits(r.dwV, ra.dwV, t.nW);
-    tu_check(same, "%-24s one kernel a head: the bits of the kernels apart", c->name);
+    tu_check(same_run(&r, &ra, &t), "%-24s one kernel a head: the bits of the kernels apart",
+             c->name);
     free_run(&ra);
   }
 

@@ -413,7 +413,8 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
     /* dq, dk, dv straight into their columns of the merged (N x 3D) gradient */
     TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
                             opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
-                            A(p, ba->saved), W(p, L->zh), qkv, 3 * Dz, relcl_buf_at(qkv.mem, qkv.offset + Dz),
+                            A(p, ba->saved), W(p, L->zh), qkv, 3 * Dz,
+                            relcl_buf_at(qkv.mem, qkv.offset + Dz),
                             relcl_buf_at(qkv.mem, qkv.offset + 2 * Dz), 3 * Dz,
                             opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
     return relcl__linear_backward(p->ctx, N, D, 3 * D, u, P(p, ap->wq), qkv, dx, acc,
@@ -424,8 +425,9 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
   const relcl_buf dqm = W(p, L->dzm);
   TRY(relcl__attn_backward(p->ctx, &desc, A(p, q), A(p, k), A(p, v), opt(P(p, 0), ap->rel_k),
                           opt(P(p, 0), ap->rel_v), key_len(p, bd), A(p, ba->probs),
-                          A(p, ba->saved), W(p, L->zh), dqm, Dz, qkv, relcl_buf_at(qkv.mem, qkv.offset + Dz),
-                          2 * Dz, opt(G(p, 0), ap->rel_k), opt(G(p, 0), ap->rel_v)));
+                          A(p, ba->saved), W(p, L->zh), dqm, Dz, qkv,
+                          relcl_buf_at(qkv.mem, qkv.offset + Dz), 2 * Dz, opt(G(p, 0), ap->rel_k),
+                          opt(G(p, 0), ap->rel_v)));
   const size_t DD = Dz * Dz;
   TRY(relcl__linear_backward(p->ctx, N, D, D, u, P(p, ap->wq), dqm, dx, acc, G(p, ap->wq),
                             G(p, ap->bq)));

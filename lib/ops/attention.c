@@ -734,10 +734,9 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
     const int len_flag = key_len.mem ? RELCL_KEY_LEN : 0;
     /* attn_drop_rows' flags (0: alpha' is alpha and no label sums of it are needed;
      * RELCL_SAVED: no drop pass) and attn_bwd_rows' */
-    const int fd = saved.mem            ? RELCL_SAVED
-                   : Am || p->rel_v ? p->flags | len_flag | (Am ? RELCL_WRITE_A : 0) |
-                                          (p->rel_v ? RELCL_BUCKET : 0)
-                                    : 0;
+    const int fd_drop = p->flags | len_flag | (Am ? RELCL_WRITE_A : 0) |
+                        (p->rel_v ? RELCL_BUCKET : 0);
+    const int fd = saved.mem ? RELCL_SAVED : Am || p->rel_v ? fd_drop : 0;
     const int fb =
         p->flags | len_flag | (p->rel_v ? RELCL_GATHER : 0) | (p->rel ? RELCL_BUCKET : 0);
     const cl_uint dql = (cl_uint)dq_ld, dkvl = (cl_uint)dkv_ld;
