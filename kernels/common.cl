@@ -324,12 +324,14 @@ inline float relcl_row_max(__local float *red, float v) { return relcl_wg_max(re
     T_STEP(8, 1, T8_LO1, T8_HI1)                                                            \
   } while (0)
 /* The 16 x 16 block at src (rows ld apart) transposed to dst (rows dst_ld apart), as four
- * 8 x 8 blocks (dst may be local or global memory: a macro, not a function) */
-#define RELCL_TRANSPOSE16_BY8(dst, dst_ld, src, ld)                                         \
+ * 8 x 8 blocks, src's rows from ROWS on (16: none) read as zeros (dst may be local or global
+ * memory: a macro, not a function) */
+#define RELCL_TRANSPOSE16_BY8(dst, dst_ld, src, ld, ROWS)                                   \
   _Pragma("unroll") for (int quad = 0; quad < 4; quad++) {                                  \
     const int qr = quad / 2 * 8, qc = quad % 2 * 8;                                         \
     float8 v[8];                                                                            \
-    _Pragma("unroll") for (int r = 0; r < 8; r++) v[r] = vload8(0, (src) + (qr + r) * (ld) + qc); \
+    _Pragma("unroll") for (int r = 0; r < 8; r++) v[r] =                                    \
+        qr + r < (int)(ROWS) ? vload8(0, (src) + (qr + r) * (ld) + qc) : (float8)(0.0f);    \
     RELCL_TRANSPOSE8(v);                                                                    \
     _Pragma("unroll") for (int c = 0; c < 8; c++)                                           \
       vstore8(v[c], 0, (dst) + (qc + c) * (dst_ld) + qr);                                   \

@@ -32,14 +32,17 @@
 
 /* dst (row length dst_ld) = the transpose of the 16 x 16 block at src (ld), in registers:
  * 16 row loads, 64 shuffles and 16 row stores instead of 256 scattered reads (for Q K^T, 30%
- * faster in a harness on Zen 5). */
-inline void heads_transpose16(__local float *dst, uint dst_ld, __global const float *src,
-                              uint ld) {
+ * faster in a harness on Zen 5); src's rows from `rows` on (16: none) read as zeros. Inlined,
+ * so that a constant 16 folds the rows' tests away. */
+__attribute__((always_inline)) inline void heads_transpose16(__local float *dst, uint dst_ld,
+                                                             __global const float *src, uint ld,
+                                                             uint rows) {
 #if RELCL_CPU_VEC < 16 /* as four 8 x 8 blocks (common.cl) */
-  RELCL_TRANSPOSE16_BY8(dst, dst_ld, src, ld);
+  RELCL_TRANSPOSE16_BY8(dst, dst_ld, src, ld, rows);
 #else
   float16 v[16];
-  _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] = vload16(0, src + r * ld);
+  _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] =
+      r < (int)rows ? vload16(0, src + r * ld) : (float16)(0.0f);
   RELCL_TRANSPOSE16(v);
   _Pragma("unroll") for (int r = 0; r < 16; r++) vstore16(v[r], 0, dst + r * dst_ld);
 #endif
@@ -518,27 +521,6 @@ bt_rows(uint i0, uint m, uint k, float alpha, float beta, __global const float *
   for (int r = 0; r < rows && i0 + r < m; r++)
     cpu_store(C + (size_t)(i0 + r) * ldc, C, 0, alpha * c0[r], alpha * c1[r], beta, nn);
 }
-/* heads_transpose16 of a block whose rows past `rows` (below 16) are read as zeros */
-inline void heads_transpose16_rows(__local float *dst, uint dst_ld, __global const float *src,
-                                   uint ld, uint rows) {
-#if RELCL_CPU_VEC < 16 /* as four 8 x 8 blocks (common.cl's RELCL_TRANSPOSE16_BY8) */
-  _Pragma("unroll") for (int quad = 0; quad < 4; quad++) {
-    const int qr = quad / 2 * 8, qc = quad % 2 * 8;
-    float8 v[8];
-    _Pragma("unroll") for (int r = 0; r < 8; r++) v[r] =
-        qr + r < (int)rows ? vload8(0, src + (qr + r) * ld + qc) : (float8)(0.0f);
-    RELCL_TRANSPOSE8(v);
-    _Pragma("unroll") for (int c = 0; c < 8; c++) vstore8(v[c], 0, dst + (qc + c) * dst_ld + qr);
-  }
-#else
-  float16 v[16];
-  _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] =
-      r < (int)rows ? vload16(0, src + r * ld) : (float16)(0.0f);
-  RELCL_TRANSPOSE16(v);
-  _Pragma("unroll") for (int r = 0; r < 16; r++) vstore16(v[r], 0, dst + r * dst_ld);
-#endif
-}
-
 /* Bt[p][j] = B[j][p] for the nn (at most 2 W) rows j of B (ldb apart) and its first k
  * columns, zero past nn: 16 x 16 at a time in registers where k is a multiple of 16 (a group
  * of rows past nn read as zeros), else one float at a time. Sentences shorter than 2 W took
@@ -548,11 +530,12 @@ inline void bt_stage(__local float *Bt, __global const float *B, uint ldb, uint 
   if (2 * CPU_W % 16 == 0 && k % 16 == 0) {
     for (uint p = 0; p < k; p += 16)
       for (uint j = 0; j < 2 * CPU_W; j += 16)
-        if (nn >= j + 16)
-          heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, B + (size_t)j * ldb + p, ldb);
+        if (nn >= j + 16) /* a whole block: the constant 16 */
+          heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, B + (size_t)j * ldb + p, ldb,
+                            16u);
         else
-          heads_transpose16_rows(Bt + p * 2 * CPU_W + j, 2 * CPU_W, B + (size_t)j * ldb + p,
-                                 ldb, (uint)max((int)nn - (int)j, 0)); /* not usub.sat */
+          heads_transpose16(Bt + p * 2 * CPU_W + j, 2 * CPU_W, B + (size_t)j * ldb + p, ldb,
+                            (uint)max((int)nn - (int)j, 0)); /* max: not usub.sat */
   } else {
     for (uint p = 0; p < k; p++)
       for (uint j = 0; j < 2 * CPU_W; j++)

@@ -88,7 +88,7 @@ __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __glo
 #if defined(RELCL_ROW_ITEM) && defined(RELCL_POCL)
   if (whole) {
 #if RELCL_CPU_VEC < 16 /* as four 8 x 8 blocks (common.cl) */
-    RELCL_TRANSPOSE16_BY8(out, ld_out, in, ld_in);
+    RELCL_TRANSPOSE16_BY8(out, ld_out, in, ld_in, 16);
 #else
     float16 v[16];
     _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] = vload16(0, in + r * ld_in);

@@ -520,9 +520,26 @@ relcl_status relcl_attn_forward_saved(relcl_context *ctx, const relcl_attn_desc 
   return attn_forward_checked(ctx, desc, Q, K, V, wK, wV, key_len, Z, probs, saved, true);
 }
 
-/* The label sums in the forward's saved state (saved_floats) */
-static relcl_buf saved_sums(const plan *p, relcl_buf saved) {
-  return relcl_buf_at(saved.mem, saved.offset + p->rows * p->nk);
+/* Where a pass writes or reads alpha' (rows x nk) and, with the a^V term, its label sums
+ * (rows x R): the caller's saved state (saved_floats), or scratch from the pool into *Am
+ * (with need_a) and *Bm, which the caller gives back. *A is absent where alpha' has no
+ * buffer of its own. */
+static relcl_status weights_at(relcl_context *ctx, const plan *p, relcl_buf saved,
+                               bool need_a, cl_mem *Am, cl_mem *Bm, relcl_buf *A,
+                               relcl_buf *Bk) {
+  *Am = *Bm = NULL;
+  if (saved.mem) {
+    *A = saved;
+    *Bk = relcl_buf_at(saved.mem, saved.offset + p->rows * p->nk);
+    return RELCL_OK;
+  }
+  relcl_status st = RELCL_OK;
+  if (need_a) st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), Am);
+  if (st == RELCL_OK && p->rel_v)
+    st = relcl__pool_get(ctx, p->rows * (size_t)p->R * sizeof(float), Bm);
+  *A = relcl_buf_at(*Am, 0);
+  *Bk = relcl_buf_at(*Bm, 0);
+  return st;
 }
 
 /* The profile names and rates each fused kernel as the one product m x n x k with as many
@@ -551,12 +568,12 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
                                   relcl_buf wV, relcl_buf key_len, relcl_buf Z, size_t z_ld,
                                   relcl_buf probs, relcl_buf saved) {
   cl_mem S = NULL, Pm = NULL, Bm = NULL, Am = NULL;
+  relcl_buf Sb, Bb; /* S, then alpha', and its label sums */
   relcl__kernel_entry *kern;
   const size_t Rsz = p->rows * (size_t)p->R * sizeof(float);
   relcl_status st = relcl__kernel(ctx, "gemm", "attn_fwd_cpu", &kern);
-  if (st == RELCL_OK && !saved.mem) st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), &S);
+  if (st == RELCL_OK) st = weights_at(ctx, p, saved, true, &S, &Bm, &Sb, &Bb);
   if (st == RELCL_OK && p->rel) st = relcl__pool_get(ctx, Rsz, &Pm);
-  if (st == RELCL_OK && p->rel_v && !saved.mem) st = relcl__pool_get(ctx, Rsz, &Bm);
   if (st == RELCL_OK && !probs.mem) {
     st = relcl__pool_get(ctx, p->rows * p->nk * sizeof(float), &Am);
     probs = relcl_buf_at(Am, 0);
@@ -577,8 +594,6 @@ static relcl_status fused_forward(relcl_context *ctx, const plan *p, const relcl
     relcl__buf_arg(&a, Z, NULL);
     RELCL__ARG(&a, zl);
     relcl__buf_arg(&a, probs, NULL);
-    const relcl_buf Sb = saved.mem ? saved : relcl_buf_at(S, 0);
-    const relcl_buf Bb = saved.mem ? saved_sums(p, saved) : relcl_buf_at(Bm, 0);
     const cl_mem pm = Pm ? Pm : Sb.mem;
     relcl__buf_arg(&a, Sb, NULL);
     RELCL__ARG(&a, pm);
@@ -614,17 +629,14 @@ relcl_status relcl__attn_forward(relcl_context *ctx, const relcl_attn_desc *desc
   relcl__kernel_entry *kern;
   const size_t Rsz = p.rows * (size_t)p.R * sizeof(float);
   if ((st = relcl__kernel(ctx, "attention", "attn_fwd_rows", &kern)) != RELCL_OK) goto done;
-  if (!saved.mem &&
-      (st = relcl__pool_get(ctx, p.rows * p.nk * sizeof(float), &S)) != RELCL_OK)
-    goto done;
+  relcl_buf Sb, Bb; /* S, then alpha', and its label sums */
+  if ((st = weights_at(ctx, &p, saved, true, &S, &Bm, &Sb, &Bb)) != RELCL_OK) goto done;
   if (p.rel && (st = relcl__pool_get(ctx, Rsz, &Pm)) != RELCL_OK) goto done;
-  if (p.rel_v && !saved.mem && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
   if (!probs.mem) {
     if ((st = relcl__pool_get(ctx, p.rows * p.nk * sizeof(float), &Am)) != RELCL_OK) goto done;
     probs = relcl_buf_at(Am, 0);
   }
-  relcl_buf Sb = saved.mem ? saved : relcl_buf_at(S, 0), Pb = relcl_buf_at(Pm, 0),
-            Bb = saved.mem ? saved_sums(&p, saved) : relcl_buf_at(Bm, 0);
+  const relcl_buf Pb = relcl_buf_at(Pm, 0);
 
   /* S = Q K^T per (b, h) */
   st = relcl__gemm(ctx, false, true, p.nq, p.nk, p.d, 1.0f, Q, p.d, p.nq * p.d, K, p.d,
@@ -723,13 +735,11 @@ static relcl_status fused_backward(relcl_context *ctx, const plan *p,
   relcl_status st = relcl__kernel(ctx, "gemm", "attn_bwd_cpu", &kern);
   if (st == RELCL_OK) st = relcl__pool_get(ctx, Ssz, &Dm);
   if (st == RELCL_OK && p->rel) st = relcl__pool_get(ctx, Rsz, &Cm);
-  if (st == RELCL_OK && p->rel_v && !saved.mem) st = relcl__pool_get(ctx, Rsz, &Bm);
   if (st == RELCL_OK && p->rel_v) st = relcl__pool_get(ctx, Rsz, &Gm);
-  if (st == RELCL_OK && (p->flags & RELCL_DROPOUT) && !saved.mem)
-    st = relcl__pool_get(ctx, Ssz, &Am);
   /* alpha' and its label sums: the forward's, or the drop pass's */
-  const relcl_buf A = saved.mem ? saved : relcl_buf_at(Am, 0);
-  const relcl_buf Bb = saved.mem ? saved_sums(p, saved) : relcl_buf_at(Bm, 0);
+  relcl_buf A = RELCL_BUF_NONE, Bb = RELCL_BUF_NONE;
+  if (st == RELCL_OK)
+    st = weights_at(ctx, p, saved, (p->flags & RELCL_DROPOUT) != 0, &Am, &Bm, &A, &Bb);
   if (st == RELCL_OK) {
     const int len_flag = key_len.mem ? RELCL_KEY_LEN : 0;
     /* attn_drop_rows' flags (0: alpha' is alpha and no label sums of it are needed;
@@ -805,14 +815,13 @@ relcl_status relcl__attn_backward(relcl_context *ctx, const relcl_attn_desc *des
   if ((st = relcl__kernel(ctx, "attention", "attn_bwd_rows", &kbwd)) != RELCL_OK) goto done;
   if ((st = relcl__pool_get(ctx, Ssz, &Dm)) != RELCL_OK) goto done;
   if (p.rel && (st = relcl__pool_get(ctx, Rsz, &Cm)) != RELCL_OK) goto done;
-  if (p.rel_v && !saved.mem && (st = relcl__pool_get(ctx, Rsz, &Bm)) != RELCL_OK) goto done;
   if (p.rel_v && (st = relcl__pool_get(ctx, Rsz, &Gm)) != RELCL_OK) goto done;
-  if ((p.flags & RELCL_DROPOUT) && !saved.mem &&
-      (st = relcl__pool_get(ctx, Ssz, &Am)) != RELCL_OK)
-    goto done;
   /* alpha' (= alpha without dropout) and its label sums B': the forward's where it saved them */
-  relcl_buf A = saved.mem ? saved : Am ? relcl_buf_at(Am, 0) : probs;
-  relcl_buf Bb = saved.mem ? saved_sums(&p, saved) : relcl_buf_at(Bm, 0);
+  relcl_buf A, Bb;
+  if ((st = weights_at(ctx, &p, saved, (p.flags & RELCL_DROPOUT) != 0, &Am, &Bm, &A, &Bb)) !=
+      RELCL_OK)
+    goto done;
+  if (!A.mem) A = probs;
   relcl_buf Db = relcl_buf_at(Dm, 0), Gb = relcl_buf_at(Gm, 0), Cb = relcl_buf_at(Cm, 0);
 
   /* alpha' and its label sums B', as the forward pass had them */
