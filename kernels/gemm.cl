@@ -737,6 +737,17 @@ inline void attn_ask(__global const float *p, uint len, uint i, uint of) {
   for (uint l = i * per; l < min(lines, (i + 1) * per); l++) CPU_PREFETCH(p + (size_t)l * 16, 0);
 }
 
+/* Slice i of `of` of a head's output rows (rows of cols floats, ld apart), asked for with the
+ * intent to write (attn_bwd_cpu's dV, dQ, dK during the rows before their products): without
+ * that the products' stores waited for their lines (perf: the store in attn_ab's cpu_store
+ * held a fifth of attn_bwd_cpu's product samples at issue 8's shape) */
+inline void attn_ask_out(__global const float *p, uint rows, uint cols, uint ld, uint i,
+                         uint of) {
+  const uint per = (rows + of - 1) / of;
+  for (uint q = i * per; q < min(rows, (i + 1) * per); q++)
+    for (uint c = 0; c < cols; c += 16) CPU_PREFETCH(p + (size_t)q * ld + c, 1);
+}
+
 /* Where head bh's rows of a (B H) x rows x d tensor start: the heads layout (ld 0), or the
  * merged one, (bh / H) rows ld + (bh % H) d with rows ld apart */
 inline size_t attn_head_at(uint bh, uint H, uint rows, uint d, uint ld) {
@@ -833,9 +844,14 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
   __global float *Bb = Bk + bk_off + (size_t)bh * m * r, *Cbb = Cb + (size_t)bh * m * r;
   const bool has_a = (fd & (RELCL_WRITE_A | RELCL_SAVED)) != 0; /* alpha' in A */
   __global const float *Ab = has_a ? A + a_off + (size_t)bh * m * n : ab;
+  const uint ql = dq_ld > 0 ? dq_ld : dd, kl = dkv_ld > 0 ? dkv_ld : dd;
+  __global float *dQb = dQ + dq_off + attn_head_at(bh, (uint)H, m, dd, dq_ld);
+  __global float *dKb = dK + dk_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld);
+  __global float *dVb = dV + dv_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld);
   for (int i = 0; i < nq; i++) {
     attn_ask(dZb, m * dd, (uint)i, m); /* dV's and D's (attn_ask) */
     attn_ask(Vb, n * dd, (uint)i, m);
+    attn_ask_out(dVb, n, dd, kl, (uint)i, m);
     if (fd && !(fd & RELCL_SAVED))
       relcl_drop_row_item(ab + (size_t)i * n, (__global float *)Ab + (size_t)i * n,
                           Bb + (size_t)i * r, (int)bh * nq + i, q_pos0 + i, nk, k, rlo, R, fd,
@@ -844,9 +860,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
   const int len = relcl_row_len(key_len, kl_off, (int)bh / H, nk, fb);
   const bool causal = (fb & RELCL_CAUSAL) != 0;
   /* dV = alpha'^T dZ */
-  attn_ab(n, dd, m, Ab, n, 1, dZb, Ab, 0, dZb, 0,
-          dV + dv_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd,
-          ATTN_KEY_ROWS, (uint)len, causal, (uint)q_pos0);
+  attn_ab(n, dd, m, Ab, n, 1, dZb, Ab, 0, dZb, 0, dVb, kl, ATTN_KEY_ROWS, (uint)len, causal,
+          (uint)q_pos0);
   /* D = dZ V^T, G = dZ wV^T */
   attn_bt(Bt, m, n, dd, dZb, dd, Vb, Db, n);
   if (fb & RELCL_GATHER) attn_bt(Bt, m, r, dd, dZb, dd, wV + wv_off, Gb, r);
@@ -854,6 +869,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
   for (int i = 0; i < nq; i++) {
     attn_ask(Kb, n * dd, (uint)i, m); /* dQ's and dK's */
     attn_ask(Qb, m * dd, (uint)i, m);
+    attn_ask_out(dQb, m, dd, ql, (uint)i, m);
+    attn_ask_out(dKb, n, dd, kl, (uint)i, m);
     relcl_bwd_row_item(Db + (size_t)i * n, Gb + (size_t)i * r, 1u, near && i > 0 && i + 1 < nq,
                        ab + (size_t)i * n,
                        has_a && (fb & RELCL_DROPOUT) ? Ab + (size_t)i * n : 0,
@@ -862,11 +879,9 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attn_bwd_cpu(
                        stream_hi);
   }
   /* dQ = D K (+ C wK), dK = D^T Q */
-  attn_ab(m, dd, n, Db, n, 0, Kb, Cbb, r, wK + wk_off, (fb & RELCL_BUCKET) ? r : 0u,
-          dQ + dq_off + attn_head_at(bh, (uint)H, m, dd, dq_ld), dq_ld > 0 ? dq_ld : dd,
+  attn_ab(m, dd, n, Db, n, 0, Kb, Cbb, r, wK + wk_off, (fb & RELCL_BUCKET) ? r : 0u, dQb, ql,
           ATTN_QUERY_ROWS, (uint)len, causal, (uint)q_pos0);
-  attn_ab(n, dd, m, Db, n, 1, Qb, Db, 0, Qb, 0,
-          dK + dk_off + attn_head_at(bh, (uint)H, n, dd, dkv_ld), dkv_ld > 0 ? dkv_ld : dd,
-          ATTN_KEY_ROWS, (uint)len, causal, (uint)q_pos0);
+  attn_ab(n, dd, m, Db, n, 1, Qb, Db, 0, Qb, 0, dKb, kl, ATTN_KEY_ROWS, (uint)len, causal,
+          (uint)q_pos0);
 }
 #endif
