@@ -189,7 +189,24 @@ inline float relcl_wg_max(__local float *red, float v) {
  * 16 with AVX-512, 8 with AVX2; gemm.cl's products, and the item shape's long sums) */
 #define RELCL_CPU_VECTOR RELCL_PASTE(float, RELCL_CPU_VEC)
 #define RELCL_CPU_VLOAD RELCL_PASTE(vload, RELCL_CPU_VEC)
+#if defined(RELCL_CLANG) && defined(RELCL_POCL)
+/* vstoreW as one store instruction: PoCL builds vstore16 from pieces, three stores (4, 4 and
+ * 8 floats) where one would do (gemm_cpu's stores of C: its perf samples 0.976 of the
+ * build before against gemm_pack as the control, relcl-bench's issue-8 step, model-207
+ * Xeon). A vector type of float alignment stores at any float's address, as vstoreW may. */
+typedef float relcl_cpu_vector_u __attribute__((ext_vector_type(RELCL_CPU_VEC), aligned(4)));
+#define RELCL_CPU_VSTORE_AS(AS)                                                             \
+  __attribute__((overloadable)) inline void relcl_cpu_vstore(RELCL_CPU_VECTOR v, size_t i,  \
+                                                             AS float *p) {                 \
+    *(AS relcl_cpu_vector_u *)(p + i * RELCL_CPU_VEC) = v;                                  \
+  }
+RELCL_CPU_VSTORE_AS(__global)
+RELCL_CPU_VSTORE_AS(__local)
+RELCL_CPU_VSTORE_AS(__private)
+#define RELCL_CPU_VSTORE relcl_cpu_vstore
+#else
 #define RELCL_CPU_VSTORE RELCL_PASTE(vstore, RELCL_CPU_VEC)
+#endif
 /* v's lanes added in order, or (max) their largest */
 inline float relcl_cpu_lanes(RELCL_CPU_VECTOR v, int max) {
   float l[RELCL_CPU_VEC];
