@@ -191,9 +191,10 @@ inline float relcl_wg_max(__local float *red, float v) {
 #define RELCL_CPU_VLOAD RELCL_PASTE(vload, RELCL_CPU_VEC)
 #if defined(RELCL_CLANG) && defined(RELCL_POCL)
 /* vstoreW as one store instruction: PoCL builds vstore16 from pieces, three stores (4, 4 and
- * 8 floats) where one would do (gemm_cpu's stores of C: its perf samples 0.976 of the
- * build before against gemm_pack as the control, relcl-bench's issue-8 step, model-207
- * Xeon). A vector type of float alignment stores at any float's address, as vstoreW may. */
+ * 8 floats) where one would do. Issue 8's shape, model-207 Xeon, perf samples against the
+ * build before: the attention kernels (short sums, many stores) 0.92-0.97, gemm_cpu within
+ * the noise (0.98-1.01). A vector type of float alignment stores at any float's address, as
+ * vstoreW may. */
 typedef float relcl_cpu_vector_u __attribute__((ext_vector_type(RELCL_CPU_VEC), aligned(4)));
 #define RELCL_CPU_VSTORE_AS(AS)                                                             \
   __attribute__((overloadable)) inline void relcl_cpu_vstore(RELCL_CPU_VECTOR v, size_t i,  \
