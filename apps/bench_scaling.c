@@ -12,25 +12,30 @@
 
 enum { V_ABS, V_REL_K, V_REL_N, N_VARIANTS, MAX_POINTS = 16 };
 
-enum { T_Q, T_K, T_V, T_Z, T_DZ, T_DQ, T_DK, T_DV, T_PROBS, T_WK, T_WV, T_DWK, T_DWV, N_BUFS };
+enum {
+  T_Q, T_K, T_V, T_Z, T_DZ, T_DQ, T_DK, T_DV, T_PROBS, T_WK, T_WV, T_DWK, T_DWV, T_SAVED, N_BUFS
+};
 
 typedef struct point {
   int n;
   double ms[N_VARIANTS];      /* median forward + backward */
   size_t scratch[N_VARIANTS]; /* scratch requested and in use at once, peak */
+  size_t saved[N_VARIANTS];   /* the saved state the forward leaves for the backward */
   size_t tables;              /* wK, wV and their gradients at k, and at k = n */
   size_t tables_n;
 } point;
 
-/* One forward + backward; dropout off, no padding, relative per variant. */
+/* One forward + backward as training runs them (the saved state, relcl_attn_forward_saved);
+ * dropout off, no padding, relative per variant. */
 static relcl_status run_once(relcl_context *ctx, relcl_attn_desc *d, cl_mem *b) {
 #define B_(i) relcl_buf_at(b[i], 0)
-  relcl_status st = relcl_attn_forward(ctx, d, B_(T_Q), B_(T_K), B_(T_V), B_(T_WK), B_(T_WV),
-                                       RELCL_BUF_NONE, B_(T_Z), B_(T_PROBS));
+  relcl_status st =
+      relcl_attn_forward_saved(ctx, d, B_(T_Q), B_(T_K), B_(T_V), B_(T_WK), B_(T_WV),
+                               RELCL_BUF_NONE, B_(T_Z), B_(T_PROBS), B_(T_SAVED));
   if (st == RELCL_OK)
-    st = relcl_attn_backward(ctx, d, B_(T_Q), B_(T_K), B_(T_V), B_(T_WK), B_(T_WV), RELCL_BUF_NONE,
-                             B_(T_PROBS), B_(T_DZ), B_(T_DQ), B_(T_DK), B_(T_DV), B_(T_DWK),
-                             B_(T_DWV));
+    st = relcl_attn_backward_saved(ctx, d, B_(T_Q), B_(T_K), B_(T_V), B_(T_WK), B_(T_WV),
+                                   RELCL_BUF_NONE, B_(T_PROBS), B_(T_SAVED), B_(T_DZ),
+                                   B_(T_DQ), B_(T_DK), B_(T_DV), B_(T_DWK), B_(T_DWV));
   if (st == RELCL_OK) st = relcl_finish(ctx);
   return st;
 #undef B_
@@ -46,7 +51,12 @@ static relcl_attn_desc desc_of(const bench_scaling_opts *o, int n, int v) {
 static int measure(relcl_context *ctx, const bench_scaling_opts *o, int n, point *pt) {
   size_t x = (size_t)o->batch * o->heads * n * o->head_dim;
   size_t w = (size_t)(2 * n + 1) * o->head_dim; /* room for k = n */
-  size_t sizes[N_BUFS] = {x, x, x, x, x, x, x, x, (size_t)o->batch * o->heads * n * n, w, w, w, w};
+  for (int v = 0; v < N_VARIANTS; v++) {
+    const relcl_attn_desc d = desc_of(o, n, v);
+    pt->saved[v] = relcl_attn_saved_size(&d) * sizeof(float);
+  }
+  size_t sizes[N_BUFS] = {x, x, x, x, x, x, x, x, (size_t)o->batch * o->heads * n * n, w, w, w, w,
+                          pt->saved[V_REL_N] / sizeof(float)}; /* k = n's, the largest */
   cl_mem b[N_BUFS] = {0};
   relcl_status st = RELCL_OK;
   int rc = 1;
@@ -88,10 +98,11 @@ done:
   return rc;
 }
 
-/* Extra bytes of a relative variant over absolute: its scratch beyond absolute's, plus the
- * tables and their gradients. */
+/* Extra bytes of a relative variant over absolute: its scratch and saved state beyond
+ * absolute's, plus the tables and their gradients. */
 static double extra_bytes(const point *p, int v) {
   double s = (double)p->scratch[v] - (double)p->scratch[V_ABS];
+  s += (double)p->saved[v] - (double)p->saved[V_ABS];
   return s + (double)(v == V_REL_N ? p->tables_n : p->tables);
 }
 
@@ -141,8 +152,9 @@ int bench_scaling(relcl_context *ctx, const bench_scaling_opts *o, cJSON *out) {
   if (!o->quiet) {
     printf(
         "\nattention scaling: forward + backward, batch %d, %d heads, head_dim %d, k %d, "
-        "median of %d interleaved runs; extra memory = scratch beyond absolute + the tables "
-        "and their gradients\n",
+        "median of %d interleaved runs, as training runs them (the forward's saved state); "
+        "extra memory = scratch and saved state beyond absolute + the tables and their "
+        "gradients\n",
         o->batch, o->heads, o->head_dim, o->k, o->reps);
     printf("%6s %11s %11s %13s %9s %9s %13s %13s %12s\n", "n", "absolute ms", "rel k ms",
            "rel k=n ms", "k ratio", "k=n ratio", "extra k MiB", "extra k=n MiB", "n*n*d MiB");
