@@ -269,6 +269,16 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
       CPU_PREFETCH_L2(C + CPU_C_ROW(i0 + r));
       if (2 * CPU_W > 16) CPU_PREFETCH_L2(C + CPU_C_ROW(i0 + r) + 16);
     }
+  else if (!ask && k >= 128) /* C's rows, which the store writes without reading, asked for
+                              * with the intent to write where the sum is long enough to hide
+                              * their coming: the store otherwise waits for them (gemm_cpu's
+                              * samples 0.94-0.96 against gemm_cpu_at as the control in five
+                              * relcl-bench runs, 1.00 in a sixth: issue 8's shape, model-207
+                              * Xeon). Attention's short sums ask earlier (attn_ask_out). */
+    for (int r = 0; r < rows && i0 + r < m; r++) {
+      CPU_PREFETCH(C + CPU_C_ROW(i0 + r), 1);
+      if (2 * CPU_W > 16) CPU_PREFETCH(C + CPU_C_ROW(i0 + r) + 16, 1);
+    }
   CPU_SUM(B, ldb, k, sp)
   if (k2 > 0) {
     for (int r = 0; r < CPU_MR; r++) a[r] = A2 + (size_t)min(i0 + r, m - 1) * lda2;
