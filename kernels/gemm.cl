@@ -44,7 +44,7 @@ __attribute__((always_inline)) inline void heads_transpose16(__local float *dst,
   _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] =
       r < (int)rows ? vload16(0, src + r * ld) : (float16)(0.0f);
   RELCL_TRANSPOSE16(v);
-  _Pragma("unroll") for (int r = 0; r < 16; r++) vstore16(v[r], 0, dst + r * dst_ld);
+  _Pragma("unroll") for (int r = 0; r < 16; r++) RELCL_CPU_VSTORE(v[r], 0, dst + r * dst_ld);
 #endif
 }
 
@@ -262,23 +262,21 @@ cpu_rows(uint i0, uint j0, uint m, uint n, uint k, float alpha, float beta,
       CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm, 0);
       if (2 * CPU_W > 16) CPU_PREFETCH(mk + (size_t)(i0 + r) * ldm + 16, 0);
     }
-  if (beta != 0.0f && !ask) /* C's rows, which the store reads (a weight gradient's later
-                             * slices: gemm.c), into L2, where the sum's stream of A and B
-                             * leaves them (in L1 it would not) */
-    for (int r = 0; r < rows && i0 + r < m; r++) {
-      CPU_PREFETCH_L2(C + CPU_C_ROW(i0 + r));
-      if (2 * CPU_W > 16) CPU_PREFETCH_L2(C + CPU_C_ROW(i0 + r) + 16);
-    }
-  else if (!ask && k >= 128) /* C's rows, which the store writes without reading, asked for
-                              * with the intent to write where the sum is long enough to hide
-                              * their coming: the store otherwise waits for them (gemm_cpu's
-                              * samples 0.94-0.96 against gemm_cpu_at as the control in five
-                              * relcl-bench runs, 1.00 in a sixth: issue 8's shape, model-207
-                              * Xeon). Attention's short sums ask earlier (attn_ask_out). */
-    for (int r = 0; r < rows && i0 + r < m; r++) {
-      CPU_PREFETCH(C + CPU_C_ROW(i0 + r), 1);
-      if (2 * CPU_W > 16) CPU_PREFETCH(C + CPU_C_ROW(i0 + r) + 16, 1);
-    }
+  /* C's rows, before the sum: with beta, which the store reads (a weight gradient's later
+   * slices: gemm.c), into L2, where the sum's stream of A and B leaves them (in L1 it would
+   * not); without, with the intent to write, where the sum (128 steps or more) is long enough
+   * to hide their coming: the store had waited for them (gemm_cpu's samples 0.94-0.96
+   * against gemm_cpu_at as the control in five relcl-bench runs, 1.00 in a sixth: issue 8's
+   * shape, model-207 Xeon). Attention's short sums ask earlier (attn_ask_out). */
+  if (!ask && (beta != 0.0f || k >= 128))
+    for (int r = 0; r < rows && i0 + r < m; r++)
+      for (int c = 0; c < 2 * CPU_W; c += 16) {
+        __global const float *cr = C + CPU_C_ROW(i0 + r) + c;
+        if (beta != 0.0f)
+          CPU_PREFETCH_L2(cr);
+        else
+          CPU_PREFETCH(cr, 1);
+      }
   CPU_SUM(B, ldb, k, sp)
   if (k2 > 0) {
     for (int r = 0; r < CPU_MR; r++) a[r] = A2 + (size_t)min(i0 + r, m - 1) * lda2;

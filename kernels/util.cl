@@ -93,7 +93,7 @@ __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __glo
     float16 v[16];
     _Pragma("unroll") for (int r = 0; r < 16; r++) v[r] = vload16(0, in + r * ld_in);
     RELCL_TRANSPOSE16(v);
-    _Pragma("unroll") for (int c = 0; c < 16; c++) vstore16(v[c], 0, out + c * ld_out);
+    _Pragma("unroll") for (int c = 0; c < 16; c++) RELCL_CPU_VSTORE(v[c], 0, out + c * ld_out);
 #endif
     return;
   }
