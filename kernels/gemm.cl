@@ -713,24 +713,107 @@ inline void attn_ab(uint m, uint n, uint k, __global const float *A, uint lda, i
     }
 }
 
+/* The rows a table_grads_cpu block may have: its 2 rows accumulators, B's 2 vectors and
+ * A's broadcast fit in AVX-512's 32 registers (W 16), in AVX2's 16 with CPU_MR's 6 */
+#define TABLE_MR (CPU_W >= 16 ? 12 : CPU_MR)
+
+/* One block of table_grads_cpu's sum: rows i0 .. i0 + rows - 1 (rows at most TABLE_MR, a
+ * constant where this is inlined) and columns j0 .. j0 + 2 W - 1 of acc (R x d, rows d apart)
+ * += L^T X over the s rows at L (rows R apart) and X (rows d apart); with first, acc starts
+ * at 0 rather than being read. At step p it asks for line q0 + p of the next pass's lines:
+ * X's span ax (axl lines), then L's al (all lines). */
+__attribute__((always_inline)) inline void table_block(__global const float *L, uint R,
+                                                       __global const float *X, uint d,
+                                                       uint s, uint i0, uint j0,
+                                                       __global float *acc, bool first,
+                                                       const uint rows,
+                                                       __global const float *ax, uint axl,
+                                                       __global const float *al, uint all,
+                                                       uint q0) {
+  CPU_VEC c0[TABLE_MR], c1[TABLE_MR];
+  _Pragma("unroll") for (int r = 0; r < TABLE_MR; r++) if (r < rows) {
+    __global const float *c = acc + (size_t)(i0 + r) * d + j0;
+    c0[r] = first ? (CPU_VEC)(0.0f) : CPU_VLOAD(0, c);
+    c1[r] = first ? (CPU_VEC)(0.0f) : CPU_VLOAD(1, c);
+  }
+  __global const float *lp = L + i0, *xp = X + j0;
+  for (uint p = 0; p < s; p++, lp += R, xp += d) {
+    const uint q = q0 + p;
+    if (q < axl)
+      CPU_PREFETCH(ax + (size_t)q * 16, 0);
+    else if (q - axl < all)
+      CPU_PREFETCH(al + (size_t)(q - axl) * 16, 0);
+    const CPU_VEC b0 = CPU_VLOAD(0, xp), b1 = CPU_VLOAD(1, xp);
+    _Pragma("unroll") for (int r = 0; r < TABLE_MR; r++) if (r < rows) {
+      const CPU_VEC av = (CPU_VEC)(lp[r]);
+      c0[r] = CPU_MAD(av, b0, c0[r]);
+      c1[r] = CPU_MAD(av, b1, c1[r]);
+    }
+  }
+  _Pragma("unroll") for (int r = 0; r < TABLE_MR; r++) if (r < rows) {
+    CPU_VSTORE(c0[r], 0, acc + (size_t)(i0 + r) * d + j0);
+    CPU_VSTORE(c1[r], 1, acc + (size_t)(i0 + r) * d + j0);
+  }
+}
+
 /* A shared table's gradient on CPU devices (lib/ops/attention.c shared_table_grads), the
  * first of two passes of fixed order (then layers.cl's colsum_finish), for one or two tables
- * in one launch: table t's partial
- * sums L^T X (R x d) over chunks of `chunk` rows (the last may be shorter), L (rows x R) and X
- * (rows x d) at L0, X0 (t 0) or L1, X1 (t 1), into part + (t chunks + c) R d for chunk c.
- * Each is gemm_cpu_batch's sum for one product (attn_ab), as relcl's GEMM door ran each
- * table's chunks before: the same bits. Global (chunks, tables), local (1, 1). */
+ * in one launch: table t's partial sums L^T X (R x d) over chunks of `chunk` rows (the last
+ * may be shorter), L (rows x R) and X (rows x d) at L0, X0 (t 0) or L1, X1 (t 1), into part +
+ * (t chunks + c) R d for chunk c. Global (chunks, tables), local (1, 1).
+ *
+ * The chunk's rows go in passes of about 16 kB of X (4096 / d rows), each pass through every
+ * block of the R x d result, which waits in part (this work-item's own, in L1) between
+ * passes; a pass's operands (X's and L's rows, 25 kB at d 64, R 33) stay in L1 while its
+ * blocks use them, and its steps ask for the next pass's lines (the next chunk's past the
+ * last). The blocks of rows split R evenly at TABLE_MR rows at most (33: three of 11, where
+ * blocks of 8 left one row to a block of its own). Each element is the sum, in the order
+ * p = 0 .. len - 1 (CPU_MAD), that gemm_cpu_batch's attn_ab computes, which this kernel ran
+ * before and still runs where d is not a multiple of 2 W: the same bits. Before, each block
+ * streamed the whole chunk (200 kB at issue 8's shape) from L2 and its first touch from
+ * memory: the kernel alone, both tables, 16,000 rows, inputs out of L2 (model-207 Xeon,
+ * alternated, medians of 60): 33 x 64, 0.52-0.61 of the time; 17 x 64, 0.59. Without the
+ * asks, 0.79. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void table_grads_cpu(
     __global const float *L0, uint l0_off, __global const float *X0, uint x0_off,
     __global const float *L1, uint l1_off, __global const float *X1, uint x1_off,
     __global float *part, uint rows, int R, int d, uint chunk) {
   const uint c = get_global_id(0), t = get_global_id(1), r = (uint)R, dd = (uint)d;
   const uint i0 = c * chunk, len = min(rows - i0, chunk);
-  __global const float *L = (t ? L1 + l1_off : L0 + l0_off) + (size_t)i0 * r;
-  __global const float *X = (t ? X1 + x1_off : X0 + x0_off) + (size_t)i0 * dd;
-  attn_ab(r, dd, len, L, r, 1, X, L, 0, X, 0,
-          part + ((size_t)t * get_global_size(0) + c) * r * dd, dd, ATTN_ALL_TERMS, 0u, false,
-          0u);
+  __global const float *Lt = t ? L1 + l1_off : L0 + l0_off;
+  __global const float *Xt = t ? X1 + x1_off : X0 + x0_off;
+  __global const float *L = Lt + (size_t)i0 * r, *X = Xt + (size_t)i0 * dd;
+  __global float *acc = part + ((size_t)t * get_global_size(0) + c) * r * dd;
+  if (dd % (2 * CPU_W) != 0) {
+    attn_ab(r, dd, len, L, r, 1, X, L, 0, X, 0, acc, dd, ATTN_ALL_TERMS, 0u, false, 0u);
+    return;
+  }
+  const uint pass = max(4096u / dd, 8u);
+  const uint blocks = (r + TABLE_MR - 1) / TABLE_MR, base = r / blocks;
+  const uint extra = r - base * blocks; /* the first `extra` blocks have base + 1 rows */
+  for (uint p0 = 0; p0 < len; p0 += pass) {
+    const uint s = min(len - p0, pass), n0 = i0 + p0 + s;
+    const uint ns = n0 < rows ? min(rows - n0, pass) : 0u; /* the next pass's rows */
+    __global const float *ax = Xt + (size_t)n0 * dd, *al = Lt + (size_t)n0 * r;
+    const uint axl = (ns * dd + 15) / 16, all = (ns * r + 15) / 16;
+    __global const float *Lp = L + (size_t)p0 * r, *Xp = X + (size_t)p0 * dd;
+    uint q0 = 0;
+    for (uint j0 = 0; j0 < dd; j0 += 2 * CPU_W)
+      for (uint b = 0, b0 = 0; b < blocks; b++, q0 += s) {
+        const uint rb = base + (b < extra ? 1u : 0u);
+        switch (rb) { /* a constant for table_block (cases past TABLE_MR never come) */
+#define TABLE_BLOCK(RB)                                                                     \
+  case RB:                                                                                  \
+    table_block(Lp, r, Xp, dd, s, b0, j0, acc, p0 == 0, RB, ax, axl, al, all, q0);          \
+    break;
+          TABLE_BLOCK(1) TABLE_BLOCK(2) TABLE_BLOCK(3) TABLE_BLOCK(4) TABLE_BLOCK(5)
+          TABLE_BLOCK(6) TABLE_BLOCK(7) TABLE_BLOCK(8) TABLE_BLOCK(9) TABLE_BLOCK(10)
+          TABLE_BLOCK(11) TABLE_BLOCK(12)
+#undef TABLE_BLOCK
+        }
+        b0 += rb;
+      }
+  }
 }
 
 /* Slice i of `of` of the len floats at p, asked for (CPU_PREFETCH) a slice at each of a head's
