@@ -847,6 +847,22 @@ static double sgemm_ref(const bench_peaks *pk) {
   return pk->sgemm_step_gflops > 0 ? pk->sgemm_step_gflops : pk->sgemm_gflops;
 }
 
+/* The most of the SGEMM measure a product can reach where memory bounds it, as a fraction:
+ * its least traffic (op(A) and B read once, C written once: x batch) moved at the copy
+ * bandwidth takes bytes / copy seconds, and its flops in that time are its rate there; 1
+ * where that rate is above the SGEMM's. Products only (content and relative GEMMs): the
+ * fused attention kernels' shapes are rows x terms x d over a head's rows, not one product's
+ * operands. 0 where not rated. */
+static double memory_roof(const relcl_profile_entry *x, const bench_peaks *pk) {
+  if (x->m == 0 || pk->copy_gbs <= 0 || sgemm_ref(pk) <= 0 ||
+      (x->part != RELCL_PART_CONTENT_GEMM && x->part != RELCL_PART_RELATIVE_GEMM))
+    return 0;
+  const double m = (double)x->m, n = (double)x->n, k = (double)x->k, b = (double)x->batch;
+  const double bytes = 4 * (m * k + k * n + m * n) * b, flops = 2 * m * n * k * b;
+  const double gflops = flops / bytes * pk->copy_gbs;
+  return fmin(1.0, gflops / sgemm_ref(pk));
+}
+
 static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry_sum *eb,
                          int nb, double busy, const traffic *t) {
   qsort(e, (size_t)n, sizeof *e, by_ms);
@@ -860,15 +876,18 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
       pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n,
       pk->sgemm_gflops, pk->sgemm_step_gflops);
   printf("relative model, a step (the mean of the profiled steps): kernels and GEMM shapes by "
-         "device time; GEMMs in GFLOP/s (of the FMA peak, of the SGEMM beside the step), "
-         "kernels in GB/s of the least traffic they need (of the copy bandwidth)%s\n",
+         "device time; GEMMs in GFLOP/s (of the FMA peak, of the SGEMM beside the step, and "
+         "roof: the most of that SGEMM the product's least traffic allows at the copy "
+         "bandwidth, each operand read once and the result written once), kernels in GB/s of "
+         "the least traffic they need (of the copy bandwidth)%s\n",
          b ? "; side B's time and B / A (the limits and rates are side A's)" : "");
-  printf("%8s %6s %6s %12s %7s %7s  ", "ms", "share", "calls", "rate", "%peak", "%SGEMM");
+  printf("%8s %6s %6s %12s %7s %7s %5s  ", "ms", "share", "calls", "rate", "%peak", "%SGEMM",
+         "roof");
   if (b) printf("%8s %6s  ", "B ms", "B/A");
   printf("%-18s %s\n", "part", "name");
   for (int i = 0; i < n; i++) {
     const relcl_profile_entry *x = &e[i].e;
-    char rs[24] = "", pf[16] = "", ps[16] = "";
+    char rs[24] = "", pf[16] = "", ps[16] = "", pr[16] = "";
     double rate, frac;
     bool gemm;
     if (entry_rate(x, t, pk, &rate, &frac, &gemm)) {
@@ -876,8 +895,10 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
       snprintf(pf, sizeof pf, "%.0f%%", 100 * frac);
       if (gemm) snprintf(ps, sizeof ps, "%.0f%%", 100 * rate / sgemm_ref(pk));
     }
-    printf("%8.2f %5.1f%% %6ld %12s %7s %7s  ", x->ms, 100 * x->ms / (busy * 1e3), x->calls, rs,
-           pf, ps);
+    const double roof = memory_roof(x, pk);
+    if (roof > 0) snprintf(pr, sizeof pr, "%.0f%%", 100 * roof);
+    printf("%8.2f %5.1f%% %6ld %12s %7s %7s %5s  ", x->ms, 100 * x->ms / (busy * 1e3), x->calls,
+           rs, pf, ps, pr);
     if (b) {
       const entry_sum *y = twin_entry(&e[i], eb, nb);
       if (y && x->ms > 0)
@@ -889,8 +910,9 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
   }
   for (int i = 0; b && i < nb; i++) /* what only side B ran */
     if (!twin_entry(&eb[i], e, n))
-      printf("%8s %6s %6ld %12s %7s %7s  %8.2f %6s  %-18s %s\n", "-", "", eb[i].e.calls, "", "",
-             "", eb[i].e.ms, "-", relcl_profile_part_name(eb[i].e.part), eb[i].name);
+      printf("%8s %6s %6ld %12s %7s %7s %5s  %8.2f %6s  %-18s %s\n", "-", "", eb[i].e.calls,
+             "", "", "", "", eb[i].e.ms, "-", relcl_profile_part_name(eb[i].e.part),
+             eb[i].name);
 }
 
 static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, int n,
@@ -919,6 +941,8 @@ static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, i
         cJSON_AddNumberToObject(j, "gflop_per_s", rate);
         cJSON_AddNumberToObject(j, "fraction_of_fma_peak", frac);
         cJSON_AddNumberToObject(j, "fraction_of_sgemm_peak", rate / sgemm_ref(pk));
+        const double roof = memory_roof(x, pk);
+        if (roof > 0) cJSON_AddNumberToObject(j, "sgemm_fraction_memory_roof", roof);
       } else {
         cJSON_AddNumberToObject(j, "gb_per_s_least_traffic", rate);
         cJSON_AddNumberToObject(j, "fraction_of_copy_peak", frac);

@@ -13,6 +13,7 @@ Prints one line per check and ends with "N passed, M failed".
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,6 +108,28 @@ def main():
               all(close(e["fraction_of_fma_peak"], e["gflop_per_s"] / lim["fma_gflop_per_s"], 1e-6)
                   for e in gemms),
               "per-shape GEMM rates and their fraction of the FMA peak (%d shapes)" % len(gemms))
+        # the memory roof: a product's least traffic (operands read once, result written
+        # once) at the copy bandwidth, as a fraction of the SGEMM beside the step, at most 1
+        products = [e for e in gemms if e["part"] in ("content GEMMs", "relative GEMMs")]
+        bad = []
+        for e in products:
+            shape = re.search(r"(\d+)x(\d+)x(\d+)(?: x(\d+))?$", e["name"])
+            if shape is None or "sgemm_fraction_memory_roof" not in e:
+                bad.append("%s: no shape or no roof" % e["name"])
+                continue
+            m, n, k = (float(shape.group(i)) for i in (1, 2, 3))
+            b = float(shape.group(4) or 1)
+            want = min(1.0, 2 * m * n * k * b / (4 * (m * k + k * n + m * n) * b)
+                       * lim["copy_gb_per_s"] / sg)
+            if not close(e["sgemm_fraction_memory_roof"], want, 1e-6):
+                bad.append("%s: %g, want %g" % (e["name"], e["sgemm_fraction_memory_roof"], want))
+        check(len(products) > 0 and not bad,
+              "every product's memory roof = min(1, its flops per byte of least traffic x the "
+              "copy bandwidth / the SGEMM) (%d products)" % len(products), "; ".join(bad))
+        others = [e["name"] for e in gemms
+                  if e not in products and "sgemm_fraction_memory_roof" in e]
+        check(not others, "no memory roof for the fused attention kernels (%d)"
+              % (len(gemms) - len(products)), ", ".join(others))
         rated = [e for e in ent if "gb_per_s_least_traffic" in e]
         # attention's rows; on a CPU attention in one kernel a head (RELCL_ATTN), rated as
         # the product of all its multiply-adds
