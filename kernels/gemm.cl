@@ -713,8 +713,9 @@ inline void attn_ab(uint m, uint n, uint k, __global const float *A, uint lda, i
     }
 }
 
-/* The rows a table_grads_cpu block may have: its 2 rows accumulators, B's 2 vectors and
- * A's broadcast fit in AVX-512's 32 registers (W 16), in AVX2's 16 with CPU_MR's 6 */
+/* The most rows a table_grads_cpu block takes: its accumulators (two a row), X's two vectors
+ * and L's broadcast fit in AVX-512's 32 registers with 12 (W 16: 24 + 3), in AVX2's 16 with
+ * CPU_MR's 6 (12 + 3) */
 #define TABLE_MR (CPU_W >= 16 ? 12 : CPU_MR)
 
 /* One block of table_grads_cpu's sum: rows i0 .. i0 + rows - 1 (rows at most TABLE_MR, a
@@ -772,8 +773,8 @@ __attribute__((always_inline)) inline void table_block(__global const float *L, 
  * before and still runs where d is not a multiple of 2 W: the same bits. Before, each block
  * streamed the whole chunk (200 kB at issue 8's shape) from L2 and its first touch from
  * memory: the kernel alone, both tables, 16,000 rows, inputs out of L2 (model-207 Xeon,
- * alternated, medians of 60): 33 x 64, 0.52-0.61 of the time; 17 x 64, 0.59. Without the
- * asks, 0.79. */
+ * alternated, medians of 20-60): 33 x 64, 0.52-0.66 of the time; 17 x 64, 0.59-0.73 (without
+ * the asks, 0.79); issue 8's step (relcl-bench --compare), 0.50 and 0.52. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void table_grads_cpu(
     __global const float *L0, uint l0_off, __global const float *X0, uint x0_off,
     __global const float *L1, uint l1_off, __global const float *X1, uint x1_off,
