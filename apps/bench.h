@@ -59,7 +59,27 @@ typedef struct bench_peaks {
   /* the same SGEMM timed after each profiled step of the relative model, over those steps
    * (relcl-bench.c's profile_steps), side A's and --compare's side B's; 0: not measured */
   double sgemm_step_gflops, sgemm_step_gflops_b;
+  /* the copy timed there too (after side A's steps); 0: not measured */
+  double copy_step_gbs;
 } bench_peaks;
+
+/* The copy kernel of bench_peaks_measure on a queue of its own, over two buffers of `floats`
+ * floats (bench_copy_floats: 64 MiB, 16 with --quick), to time again beside the step: init
+ * builds it, gbs is the best of reps copies (bytes read + written per second / 1e9). 0, or 1
+ * after printing why. */
+typedef struct bench_copy {
+  cl_command_queue q;
+  cl_program prog;
+  cl_kernel k;
+  cl_mem a, b;
+  size_t floats;
+} bench_copy;
+static inline size_t bench_copy_floats(bool quick) {
+  return quick ? ((size_t)1 << 22) : ((size_t)1 << 24);
+}
+int bench_copy_init(bench_copy *c, relcl_context *ctx, size_t floats);
+int bench_copy_gbs(bench_copy *c, int reps, double *gbs);
+void bench_copy_free(bench_copy *c);
 
 /* relcl's SGEMM y = x W^T at n^3 (gemm_cpu's B^T on a CPU, CLBlast elsewhere), timed by
  * relcl's profiler (device time): init allocates and runs it once; ms times one call (the

@@ -129,16 +129,60 @@ static int time_sgemm(relcl_context *ctx, int n, int reps, double *gflops) {
   return rc;
 }
 
+/* The copy kernel on a queue of its own over two buffers of `floats` floats, for timing
+ * alone (bench_peaks_measure) and beside the step (relcl-bench.c's profile_steps) */
+int bench_copy_init(bench_copy *c, relcl_context *ctx, size_t floats) {
+  memset(c, 0, sizeof *c);
+  cl_context cl = relcl_context_cl(ctx);
+  cl_device_id dev = relcl_context_device(ctx);
+  cl_int err;
+  c->floats = floats;
+  c->q = clCreateCommandQueue(cl, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+  if (err == CL_SUCCESS) c->prog = clCreateProgramWithSource(cl, 1, &peak_source, NULL, &err);
+  if (err == CL_SUCCESS) err = clBuildProgram(c->prog, 1, &dev, "", NULL, NULL);
+  if (err == CL_SUCCESS) c->k = clCreateKernel(c->prog, "bench_copy", &err);
+  if (err == CL_SUCCESS) c->a = clCreateBuffer(cl, CL_MEM_READ_WRITE, floats * 4, NULL, &err);
+  if (err == CL_SUCCESS) c->b = clCreateBuffer(cl, CL_MEM_READ_WRITE, floats * 4, NULL, &err);
+  const float zero = 0.0f;
+  if (err == CL_SUCCESS)
+    err = clEnqueueFillBuffer(c->q, c->a, &zero, sizeof zero, 0, floats * 4, 0, NULL, NULL);
+  if (err == CL_SUCCESS) err = clSetKernelArg(c->k, 0, sizeof c->a, &c->a);
+  if (err == CL_SUCCESS) err = clSetKernelArg(c->k, 1, sizeof c->b, &c->b);
+  if (err == CL_SUCCESS) err = clFinish(c->q);
+  if (err != CL_SUCCESS) {
+    fprintf(stderr, "relcl-bench: copy kernel: OpenCL error %d\n", (int)err);
+    bench_copy_free(c);
+    return 1;
+  }
+  return 0;
+}
+
+/* The best of reps copies, in bytes read + written per second / 1e9 */
+int bench_copy_gbs(bench_copy *c, int reps, double *gbs) {
+  double t;
+  if (time_kernel(c->q, c->k, c->floats / 4, reps, &t)) return 1;
+  *gbs = 2.0 * (double)c->floats * 4 / t * 1e-9;
+  return 0;
+}
+
+void bench_copy_free(bench_copy *c) {
+  if (c->a) clReleaseMemObject(c->a);
+  if (c->b) clReleaseMemObject(c->b);
+  if (c->k) clReleaseKernel(c->k);
+  if (c->prog) clReleaseProgram(c->prog);
+  if (c->q) clReleaseCommandQueue(c->q);
+  memset(c, 0, sizeof *c);
+}
+
 int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out) {
   cl_context cl = relcl_context_cl(ctx);
   cl_device_id dev = relcl_context_device(ctx);
   cl_int err;
   cl_command_queue q = NULL;
   cl_program prog = NULL;
-  cl_kernel kcopy = NULL, kfma[3] = {NULL, NULL, NULL};
-  cl_mem a = NULL, b = NULL;
+  cl_kernel kfma[3] = {NULL, NULL, NULL};
+  cl_mem b = NULL;
   int rc = 1;
-  const size_t copy_floats = quick ? ((size_t)1 << 22) : ((size_t)1 << 24); /* 16 / 64 MiB */
   const size_t fma_items = quick ? ((size_t)1 << 14) : ((size_t)1 << 16);
   const int iters = 256, reps = quick ? 2 : 5;
 
@@ -147,26 +191,15 @@ int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out) {
   prog = clCreateProgramWithSource(cl, 1, &peak_source, NULL, &err);
   if (err != CL_SUCCESS) goto cl_fail;
   if ((err = clBuildProgram(prog, 1, &dev, "", NULL, NULL)) != CL_SUCCESS) goto cl_fail;
-  kcopy = clCreateKernel(prog, "bench_copy", &err);
-  if (err != CL_SUCCESS) goto cl_fail;
   for (int i = 0; i < 3; i++) {
     char name[32];
     snprintf(name, sizeof name, "bench_fma%d", fma_widths[i]);
     kfma[i] = clCreateKernel(prog, name, &err);
     if (err != CL_SUCCESS) goto cl_fail;
   }
-  a = clCreateBuffer(cl, CL_MEM_READ_WRITE, copy_floats * 4, NULL, &err);
+  b = clCreateBuffer(cl, CL_MEM_READ_WRITE, fma_items * 4, NULL, &err);
   if (err != CL_SUCCESS) goto cl_fail;
-  b = clCreateBuffer(cl, CL_MEM_READ_WRITE, copy_floats * 4, NULL, &err);
-  if (err != CL_SUCCESS) goto cl_fail;
-  float zero = 0.0f;
-  if ((err = clEnqueueFillBuffer(q, a, &zero, sizeof zero, 0, copy_floats * 4, 0, NULL, NULL)) !=
-      CL_SUCCESS)
-    goto cl_fail;
   float fa = 0.999f, fb = 0.001f;
-  if ((err = clSetKernelArg(kcopy, 0, sizeof a, &a)) != CL_SUCCESS ||
-      (err = clSetKernelArg(kcopy, 1, sizeof b, &b)) != CL_SUCCESS)
-    goto cl_fail;
   for (int i = 0; i < 3; i++)
     if ((err = clSetKernelArg(kfma[i], 0, sizeof b, &b)) != CL_SUCCESS ||
         (err = clSetKernelArg(kfma[i], 1, sizeof fa, &fa)) != CL_SUCCESS ||
@@ -174,8 +207,11 @@ int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out) {
         (err = clSetKernelArg(kfma[i], 3, sizeof iters, &iters)) != CL_SUCCESS)
       goto cl_fail;
   double t;
-  if (time_kernel(q, kcopy, copy_floats / 4, reps + 1, &t)) goto done;
-  out->copy_gbs = 2.0 * (double)copy_floats * 4 / t * 1e-9;
+  bench_copy copy;
+  if (bench_copy_init(&copy, ctx, bench_copy_floats(quick))) goto done;
+  const int copy_failed = bench_copy_gbs(&copy, reps + 1, &out->copy_gbs);
+  bench_copy_free(&copy);
+  if (copy_failed) goto done;
   out->fma_gflops = 0;
   for (int i = 0; i < 3; i++) {
     if (time_kernel(q, kfma[i], fma_items, reps + 1, &t)) goto done;
@@ -192,9 +228,7 @@ int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out) {
 cl_fail:
   fprintf(stderr, "relcl-bench: device peak kernels: OpenCL error %d\n", (int)err);
 done:
-  if (a) clReleaseMemObject(a);
   if (b) clReleaseMemObject(b);
-  if (kcopy) clReleaseKernel(kcopy);
   for (int i = 0; i < 3; i++)
     if (kfma[i]) clReleaseKernel(kfma[i]);
   if (prog) clReleaseProgram(prog);

@@ -521,17 +521,21 @@ static void entry_add(entry_sum *e, int *n, const relcl_profile_entry *x) {
  * those steps three SGEMMs of sgemm_n^3 run on the side's context: sgemm[side] is the rate of
  * the best of each three over the same steps (total flops over total time), the measure
  * beside the step that the limits table rates the step's products against; a machine whose
- * speed drifts then moves both alike. */
+ * speed drifts then moves both alike. After side A's, likewise three copies of copy_floats
+ * floats: *copy_gbs, the bandwidth beside the step of the products' memory roof. */
 static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps,
                          const int keep[2], entry_sum *entries[2], int n_entries[2], int sgemm_n,
-                         double sgemm[2]) {
+                         double sgemm[2], size_t copy_floats, double *copy_gbs) {
   relcl_status st = RELCL_OK;
   bench_sgemm sg[2];
-  double sg_ms[2] = {0, 0};
+  bench_copy cp;
+  double sg_ms[2] = {0, 0}, copy_s = 0;
   memset(sg, 0, sizeof sg);
+  if (bench_copy_init(&cp, v[keep[0]].ctx, copy_floats)) return 1;
   for (int side = 0; side < 2; side++)
     if (keep[side] >= 0 && bench_sgemm_init(&sg[side], v[keep[side]].ctx, sgemm_n)) {
       bench_sgemm_free(&sg[0]);
+      bench_copy_free(&cp);
       return 1;
     }
   for (int i = 0; i < n && st == RELCL_OK; i++) {
@@ -567,16 +571,29 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
         if (bench_sgemm_ms(&sg[side], &ms)) {
           bench_sgemm_free(&sg[0]);
           bench_sgemm_free(&sg[1]);
+          bench_copy_free(&cp);
           return 1;
         }
         if (t == 0 || ms < best) best = ms;
       }
       sg_ms[side] += best;
+      double gbs = 0;
+      if (side == 0 && st == RELCL_OK) {
+        if (bench_copy_gbs(&cp, 3, &gbs)) {
+          bench_sgemm_free(&sg[0]);
+          bench_sgemm_free(&sg[1]);
+          bench_copy_free(&cp);
+          return 1;
+        }
+        copy_s += 2.0 * (double)copy_floats * 4 / (gbs * 1e9); /* its best copy's time */
+      }
     }
   for (int side = 0; side < 2; side++) {
     sgemm[side] = sg_ms[side] > 0 ? bench_cube_gflops(sgemm_n, sg_ms[side] / reps) : 0;
     bench_sgemm_free(&sg[side]);
   }
+  *copy_gbs = copy_s > 0 ? 2.0 * (double)copy_floats * 4 * reps / copy_s * 1e-9 : 0;
+  bench_copy_free(&cp);
   for (int side = 0; side < 2; side++) /* per step */
     for (int q = 0; q < n_entries[side]; q++) {
       entries[side][q].e.ms /= reps;
@@ -847,19 +864,25 @@ static double sgemm_ref(const bench_peaks *pk) {
   return pk->sgemm_step_gflops > 0 ? pk->sgemm_step_gflops : pk->sgemm_gflops;
 }
 
+/* The copy bandwidth a product's memory roof is taken at: the copy beside the step where
+ * measured */
+static double copy_ref(const bench_peaks *pk) {
+  return pk->copy_step_gbs > 0 ? pk->copy_step_gbs : pk->copy_gbs;
+}
+
 /* The most of the SGEMM measure a product can reach where memory bounds it, as a fraction:
  * its least traffic (op(A) and B read once, C written once: x batch) moved at the copy
- * bandwidth takes bytes / copy seconds, and its flops in that time are its rate there; 1
+ * bandwidth (copy_ref) takes bytes / copy seconds, and its flops in that time are its rate there; 1
  * where that rate is above the SGEMM's. Products only (content and relative GEMMs): the
  * fused attention kernels' shapes are rows x terms x d over a head's rows, not one product's
  * operands. 0 where not rated. */
 static double memory_roof(const relcl_profile_entry *x, const bench_peaks *pk) {
-  if (x->m == 0 || pk->copy_gbs <= 0 || sgemm_ref(pk) <= 0 ||
+  if (x->m == 0 || copy_ref(pk) <= 0 || sgemm_ref(pk) <= 0 ||
       (x->part != RELCL_PART_CONTENT_GEMM && x->part != RELCL_PART_RELATIVE_GEMM))
     return 0;
   const double m = (double)x->m, n = (double)x->n, k = (double)x->k, b = (double)x->batch;
   const double bytes = 4 * (m * k + k * n + m * n) * b, flops = 2 * m * n * k * b;
-  const double gflops = flops / bytes * pk->copy_gbs;
+  const double gflops = flops / bytes * copy_ref(pk);
   return fmin(1.0, gflops / sgemm_ref(pk));
 }
 
@@ -869,17 +892,18 @@ static void print_limits(const bench_peaks *pk, entry_sum *e, int n, const entry
   for (int i = 0; i < n; i++) e[i].e.name = e[i].name; /* the sort moved the names */
   const bool b = eb != NULL;
   printf(
-      "\ndevice limits: copy %.1f GB/s, FMA %.1f GFLOP/s (float%d), SGEMM %dx%dx%d %.1f "
-      "GFLOP/s alone (the best of 10 in a row) and %.1f beside the step (the best of 3 "
-      "after each profiled step of the relative model, over those steps); the SGEMM is "
-      "relcl's GEMM as a step runs it: gemm_cpu on a CPU, CLBlast as tuned elsewhere\n",
-      pk->copy_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n, pk->sgemm_n,
-      pk->sgemm_gflops, pk->sgemm_step_gflops);
+      "\ndevice limits: copy %.1f GB/s alone and %.1f beside the step, FMA %.1f GFLOP/s "
+      "(float%d), SGEMM %dx%dx%d %.1f GFLOP/s alone (the best of 10 in a row) and %.1f "
+      "beside the step (the best of 3 after each profiled step of the relative model, over "
+      "those steps; the copy likewise); the SGEMM is relcl's GEMM as a step runs it: gemm_cpu "
+      "on a CPU, CLBlast as tuned elsewhere\n",
+      pk->copy_gbs, pk->copy_step_gbs, pk->fma_gflops, pk->fma_width, pk->sgemm_n, pk->sgemm_n,
+      pk->sgemm_n, pk->sgemm_gflops, pk->sgemm_step_gflops);
   printf("relative model, a step (the mean of the profiled steps): kernels and GEMM shapes by "
          "device time; GEMMs in GFLOP/s (of the FMA peak, of the SGEMM beside the step, and "
          "roof: the most of that SGEMM the product's least traffic allows at the copy "
-         "bandwidth, each operand read once and the result written once), kernels in GB/s of "
-         "the least traffic they need (of the copy bandwidth)%s\n",
+         "bandwidth beside the step, each operand read once and the result written once), "
+         "kernels in GB/s of the least traffic they need (of the copy bandwidth alone)%s\n",
          b ? "; side B's time and B / A (the limits and rates are side A's)" : "");
   printf("%8s %6s %6s %12s %7s %7s %5s  ", "ms", "share", "calls", "rate", "%peak", "%SGEMM",
          "roof");
@@ -919,6 +943,8 @@ static void json_limits(cJSON *out, const bench_peaks *pk, const entry_sum *e, i
                         const entry_sum *eb, int nb, const traffic *t) {
   cJSON *l = cJSON_AddObjectToObject(out, "limits");
   cJSON_AddNumberToObject(l, "copy_gb_per_s", pk->copy_gbs);
+  if (pk->copy_step_gbs > 0)
+    cJSON_AddNumberToObject(l, "copy_beside_step_gb_per_s", pk->copy_step_gbs);
   cJSON_AddNumberToObject(l, "fma_gflop_per_s", pk->fma_gflops);
   cJSON_AddNumberToObject(l, "fma_vector_width", pk->fma_width);
   cJSON_AddNumberToObject(l, "sgemm_gflop_per_s", pk->sgemm_gflops);
@@ -1130,8 +1156,9 @@ int main(int argc, char **argv) {
   int n_entries[2] = {0, 0};
   double sgemm_step[2] = {0, 0}; /* SGEMM beside the profiled steps, GFLOP/s, per side */
   const int sgemm_n = o.quick ? 256 : 1024;
+  double copy_step = 0; /* the copy beside side A's profiled steps, GB/s */
   if (profile_steps(v, nv, &bd.view, o.profile_reps, keep, entries, n_entries, sgemm_n,
-                    sgemm_step))
+                    sgemm_step, bench_copy_floats(o.quick), &copy_step))
     goto done;
   if (!o.json) print_breakdown(v, nv, o.profile_reps), fflush(stdout);
   if (ctx_b) {
@@ -1189,6 +1216,7 @@ int main(int argc, char **argv) {
     if (bench_peaks_measure(ctx, o.quick, &pk)) goto done;
     pk.sgemm_step_gflops = sgemm_step[0];
     pk.sgemm_step_gflops_b = sgemm_step[1];
+    pk.copy_step_gbs = copy_step;
     const entry_sum *eb = ctx_b ? entries[1] : NULL;
     if (!o.json)
       print_limits(&pk, entries[0], n_entries[0], eb, n_entries[1], v[1].busy, &traf),

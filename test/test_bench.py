@@ -95,6 +95,9 @@ def main():
         lim = out["limits"]
         check(lim["copy_gb_per_s"] > 0 and lim["fma_gflop_per_s"] > 0 and lim["sgemm_gflop_per_s"] > 0,
               "device limits measured (copy, FMA, SGEMM)")
+        check(lim.get("copy_beside_step_gb_per_s", 0) > 0,
+              "the copy measured beside the step too (%.1f GB/s; alone %.1f)"
+              % (lim.get("copy_beside_step_gb_per_s", 0), lim["copy_gb_per_s"]))
         sg = lim.get("sgemm_beside_step_gflop_per_s", 0)
         check(sg > 0 and all(close(e["fraction_of_sgemm_peak"], e["gflop_per_s"] / sg, 1e-6)
                              for e in lim["relative_step_entries"] if "gflop_per_s" in e),
@@ -120,7 +123,7 @@ def main():
             m, n, k = (float(shape.group(i)) for i in (1, 2, 3))
             b = float(shape.group(4) or 1)
             want = min(1.0, 2 * m * n * k * b / (4 * (m * k + k * n + m * n) * b)
-                       * lim["copy_gb_per_s"] / sg)
+                       * lim["copy_beside_step_gb_per_s"] / sg)
             if not close(e["sgemm_fraction_memory_roof"], want, 1e-6):
                 bad.append("%s: %g, want %g" % (e["name"], e["sgemm_fraction_memory_roof"], want))
         check(len(products) > 0 and not bad,
