@@ -522,7 +522,8 @@ static void entry_add(entry_sum *e, int *n, const relcl_profile_entry *x) {
  * the best of each three over the same steps (total flops over total time), the measure
  * beside the step that the limits table rates the step's products against; a machine whose
  * speed drifts then moves both alike. After side A's, likewise three copies of copy_floats
- * floats: *copy_gbs, the bandwidth beside the step of the products' memory roof. */
+ * floats: *copy_gbs, the bandwidth beside the step of the products' memory roof. With
+ * sgemm_n 0 (--no-peaks: no limits table) neither is timed, and both come back 0. */
 static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps,
                          const int keep[2], entry_sum *entries[2], int n_entries[2], int sgemm_n,
                          double sgemm[2], size_t copy_floats, double *copy_gbs) {
@@ -530,9 +531,11 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
   bench_sgemm sg[2];
   bench_copy cp;
   double sg_ms[2] = {0, 0}, copy_s = 0;
+  const bool beside = sgemm_n > 0;
   memset(sg, 0, sizeof sg);
-  if (bench_copy_init(&cp, v[keep[0]].ctx, copy_floats)) return 1;
-  for (int side = 0; side < 2; side++)
+  memset(&cp, 0, sizeof cp);
+  if (beside && bench_copy_init(&cp, v[keep[0]].ctx, copy_floats)) return 1;
+  for (int side = 0; side < 2 && beside; side++)
     if (keep[side] >= 0 && bench_sgemm_init(&sg[side], v[keep[side]].ctx, sgemm_n)) {
       bench_sgemm_free(&sg[0]);
       bench_copy_free(&cp);
@@ -565,6 +568,7 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
         if ((st = relcl_profile_entry_get(ctx, q, &x)) == RELCL_OK)
           entry_add(entries[side], &n_entries[side], &x);
       }
+      if (!beside) continue;
       double best = 0; /* the best of three in a row: the first one's operands come from memory */
       for (int t = 0; t < 3 && st == RELCL_OK; t++) {
         double ms = 0;
@@ -1157,8 +1161,9 @@ int main(int argc, char **argv) {
   double sgemm_step[2] = {0, 0}; /* SGEMM beside the profiled steps, GFLOP/s, per side */
   const int sgemm_n = o.quick ? 256 : 1024;
   double copy_step = 0; /* the copy beside side A's profiled steps, GB/s */
-  if (profile_steps(v, nv, &bd.view, o.profile_reps, keep, entries, n_entries, sgemm_n,
-                    sgemm_step, bench_copy_floats(o.quick), &copy_step))
+  if (profile_steps(v, nv, &bd.view, o.profile_reps, keep, entries, n_entries,
+                    o.no_peaks ? 0 : sgemm_n, sgemm_step, bench_copy_floats(o.quick),
+                    &copy_step))
     goto done;
   if (!o.json) print_breakdown(v, nv, o.profile_reps), fflush(stdout);
   if (ctx_b) {
