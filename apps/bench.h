@@ -65,8 +65,8 @@ typedef struct bench_peaks {
 
 /* The copy kernel of bench_peaks_measure on a queue of its own, over two buffers of `floats`
  * floats (bench_copy_floats: 64 MiB, 16 with --quick), to time again beside the step: init
- * builds it, gbs is the best of reps copies (bytes read + written per second / 1e9). 0, or 1
- * after printing why. */
+ * builds it, time gives the best of reps copies in seconds (0, or 1 after printing why), gbs
+ * the rate of a copy in s seconds (bytes read + written per second / 1e9). */
 typedef struct bench_copy {
   cl_command_queue q;
   cl_program prog;
@@ -78,7 +78,8 @@ static inline size_t bench_copy_floats(bool quick) {
   return quick ? ((size_t)1 << 22) : ((size_t)1 << 24);
 }
 int bench_copy_init(bench_copy *c, relcl_context *ctx, size_t floats);
-int bench_copy_gbs(bench_copy *c, int reps, double *gbs);
+int bench_copy_time(bench_copy *c, int reps, double *s);
+double bench_copy_gbs(const bench_copy *c, double s);
 void bench_copy_free(bench_copy *c);
 
 /* relcl's SGEMM y = x W^T at n^3 (gemm_cpu's B^T on a CPU, CLBlast elsewhere), timed by

@@ -157,12 +157,12 @@ int bench_copy_init(bench_copy *c, relcl_context *ctx, size_t floats) {
   return 0;
 }
 
-/* The best of reps copies, in bytes read + written per second / 1e9 */
-int bench_copy_gbs(bench_copy *c, int reps, double *gbs) {
-  double t;
-  if (time_kernel(c->q, c->k, c->floats / 4, reps, &t)) return 1;
-  *gbs = 2.0 * (double)c->floats * 4 / t * 1e-9;
-  return 0;
+int bench_copy_time(bench_copy *c, int reps, double *s) {
+  return time_kernel(c->q, c->k, c->floats / 4, reps, s);
+}
+
+double bench_copy_gbs(const bench_copy *c, double s) {
+  return 2.0 * (double)c->floats * 4 / s * 1e-9;
 }
 
 void bench_copy_free(bench_copy *c) {
@@ -209,7 +209,8 @@ int bench_peaks_measure(relcl_context *ctx, bool quick, bench_peaks *out) {
   double t;
   bench_copy copy;
   if (bench_copy_init(&copy, ctx, bench_copy_floats(quick))) goto done;
-  const int copy_failed = bench_copy_gbs(&copy, reps + 1, &out->copy_gbs);
+  const int copy_failed = bench_copy_time(&copy, reps + 1, &t);
+  if (!copy_failed) out->copy_gbs = bench_copy_gbs(&copy, t);
   bench_copy_free(&copy);
   if (copy_failed) goto done;
   out->fma_gflops = 0;

@@ -532,15 +532,12 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
   bench_copy cp;
   double sg_ms[2] = {0, 0}, copy_s = 0;
   const bool beside = sgemm_n > 0;
+  int rc = 1;
   memset(sg, 0, sizeof sg);
   memset(&cp, 0, sizeof cp);
   if (beside && bench_copy_init(&cp, v[keep[0]].ctx, copy_floats)) return 1;
   for (int side = 0; side < 2 && beside; side++)
-    if (keep[side] >= 0 && bench_sgemm_init(&sg[side], v[keep[side]].ctx, sgemm_n)) {
-      bench_sgemm_free(&sg[0]);
-      bench_copy_free(&cp);
-      return 1;
-    }
+    if (keep[side] >= 0 && bench_sgemm_init(&sg[side], v[keep[side]].ctx, sgemm_n)) goto out;
   for (int i = 0; i < n && st == RELCL_OK; i++) {
     st = relcl_profile_enable(v[i].ctx, 1);
     v[i].prof_wall = v[i].busy = v[i].span = 0;
@@ -572,32 +569,25 @@ static int profile_steps(variant *v, int n, const relcl_model_batch *b, int reps
       double best = 0; /* the best of three in a row: the first one's operands come from memory */
       for (int t = 0; t < 3 && st == RELCL_OK; t++) {
         double ms = 0;
-        if (bench_sgemm_ms(&sg[side], &ms)) {
-          bench_sgemm_free(&sg[0]);
-          bench_sgemm_free(&sg[1]);
-          bench_copy_free(&cp);
-          return 1;
-        }
+        if (bench_sgemm_ms(&sg[side], &ms)) goto out;
         if (t == 0 || ms < best) best = ms;
       }
       sg_ms[side] += best;
-      double gbs = 0;
+      double copy_t = 0; /* the best of three copies */
       if (side == 0 && st == RELCL_OK) {
-        if (bench_copy_gbs(&cp, 3, &gbs)) {
-          bench_sgemm_free(&sg[0]);
-          bench_sgemm_free(&sg[1]);
-          bench_copy_free(&cp);
-          return 1;
-        }
-        copy_s += 2.0 * (double)copy_floats * 4 / (gbs * 1e9); /* its best copy's time */
+        if (bench_copy_time(&cp, 3, &copy_t)) goto out;
+        copy_s += copy_t;
       }
     }
-  for (int side = 0; side < 2; side++) {
+  for (int side = 0; side < 2; side++)
     sgemm[side] = sg_ms[side] > 0 ? bench_cube_gflops(sgemm_n, sg_ms[side] / reps) : 0;
-    bench_sgemm_free(&sg[side]);
-  }
-  *copy_gbs = copy_s > 0 ? 2.0 * (double)copy_floats * 4 * reps / copy_s * 1e-9 : 0;
+  *copy_gbs = copy_s > 0 ? bench_copy_gbs(&cp, copy_s / reps) : 0;
+  rc = 0;
+out:
+  bench_sgemm_free(&sg[0]);
+  bench_sgemm_free(&sg[1]);
   bench_copy_free(&cp);
+  if (rc) return 1;
   for (int side = 0; side < 2; side++) /* per step */
     for (int q = 0; q < n_entries[side]; q++) {
       entries[side][q].e.ms /= reps;
