@@ -9,7 +9,9 @@
  *     the uncached greedy decoder (relcl__model_greedy_full);
  *  3. beam search: n-best sorted by score and distinct, each score recomputed by teacher
  *     forcing (relcl_model_eval_batch's NLL), the length penalty's formula and effect,
- *     deterministic, argument errors.
+ *     deterministic, argument errors;
+ *  4. a decoding call's kept panels of its weights: greedy decoding of more than 64 rows
+ *     equal to the same step by step, also after the parameters change between calls.
  * `--bench [VOCAB]` times cached against uncached greedy decoding and beam 4 on the tiny
  * preset instead; `--small` runs one configuration of 1 (4 steps) and 2, with every model
  * kept to the end (for Oclgrind, which misreads buffers created after others were released:
@@ -244,6 +246,15 @@ static void boost_eos(relcl_model *m, float factor) {
   free(p);
 }
 
+/* n parameters from offset off (floats) times factor */
+static void scale_params(relcl_model *m, size_t off, size_t n, float factor) {
+  float *p = tu_alloc_host(relcl_model_param_count(m));
+  TU_OK(relcl_model_arena_read(m, RELCL_ARENA_PARAMS, p));
+  for (size_t j = 0; j < n; j++) p[off + j] *= factor;
+  TU_OK(relcl_model_arena_write(m, RELCL_ARENA_PARAMS, p));
+  free(p);
+}
+
 static int same_ids(const int32_t *a, int na, const int32_t *b, int nb) {
   return na == nb && (na == 0 || memcmp(a, b, (size_t)na * 4) == 0);
 }
@@ -277,6 +288,93 @@ static void check_greedy(relcl_context *ctx, relcl_model *m, const sources *s, i
   (void)ctx;
   relcl_beam_result_destroy(res);
   free(out), free(lens), free(out2), free(lens2);
+}
+
+/* Greedy decoding step by step through relcl_decoder, every row to the end (no rows
+ * dropped), each product making its own copy of its weights: ids (B, max_out) and lengths
+ * as relcl_model_greedy gives them (EOS at position lens[b] where one came). */
+static void stepwise_greedy(relcl_model *m, const sources *s, int max_out, int32_t *out,
+                            int32_t *lens) {
+  relcl_model_batch sb = src_batch(s);
+  const int B = s->B;
+  relcl_decoder *d;
+  TU_OK(relcl_decoder_create(m, &sb, 1, max_out, &d));
+  int32_t *tok = calloc((size_t)B, 4), *next = calloc((size_t)B, 4);
+  char *done = calloc((size_t)B, 1);
+  for (size_t i = 0; i < (size_t)B * max_out; i++) out[i] = RELCL_PAD_ID;
+  for (int b = 0; b < B; b++) {
+    tok[b] = RELCL_BOS_ID;
+    lens[b] = max_out;
+  }
+  for (int t = 0; t < max_out; t++) {
+    TU_OK(relcl_decoder_step(d, tok));
+    TU_OK(relcl_decoder_argmax(d, next));
+    for (int b = 0; b < B; b++) {
+      tok[b] = next[b];
+      if (done[b]) continue;
+      out[(size_t)b * max_out + t] = next[b];
+      if (next[b] == RELCL_EOS_ID) done[b] = 1, lens[b] = t;
+    }
+  }
+  relcl_decoder_destroy(d);
+  free(tok), free(next), free(done);
+}
+
+/* A decoding call keeps its weights' panels from its first step to its end (lib/runtime/
+ * gemm.c relcl__panels_keep: products of more than 64 rows with B transposed): greedy
+ * decoding (relcl_model_greedy) and beam 1 (relcl_model_beam_search) of 72 sentences
+ * against the same decoding step by step (no panels kept), ids identical; again after the
+ * parameters change between two calls, where panels left kept by the first call would give
+ * the step-by-step decoding the first call's products. Planted, each failed it: no drop at
+ * the end of relcl_model_greedy's call, nor of relcl_model_beam_search's; panels found by
+ * shape alone, whatever the operand's offset. */
+static void check_kept_panels(relcl_context *ctx) {
+  relcl_model_config c = small_config();
+  relcl_model *m;
+  TU_OK(relcl_model_create(ctx, &c, 29, &m));
+  enum { B = 72, T = 12 };
+  int lens[B];
+  uint64_t seed = 5;
+  for (int b = 0; b < B; b++) lens[b] = 3 + (int)(tu_next(&seed) % 8);
+  sources s = make_sources(B, lens, c.vocab, 13);
+  relcl_model_batch sb = src_batch(&s);
+  relcl_beam_opts bo = relcl_beam_opts_default();
+  bo.beam_size = 1;
+  bo.max_len_a = 0.0f;
+  bo.max_len_b = T;
+  int32_t *o[3], *l[3];
+  for (int i = 0; i < 3; i++) o[i] = calloc((size_t)B * T, 4), l[i] = calloc((size_t)B, 4);
+  for (int round = 0; round < 2; round++) {
+    stepwise_greedy(m, &s, T, o[1], l[1]); /* first: it would meet panels left kept */
+    TU_OK(relcl_model_greedy(m, &sb, T, o[0], l[0]));
+    relcl_beam_result *res; /* beam 1: relcl_model_beam_search's own keep */
+    TU_OK(relcl_model_beam_search(m, &sb, &bo, &res));
+    int same = 0, same_beam = 0, moved = 0;
+    for (int b = 0; b < B; b++) {
+      const relcl_hyp h = relcl_beam_result_hyp(res, b, 0);
+      same += same_ids(o[0] + (size_t)b * T, l[0][b], o[1] + (size_t)b * T, l[1][b]);
+      same_beam += same_ids(h.ids, h.len, o[1] + (size_t)b * T, l[1][b]);
+      moved += !same_ids(o[0] + (size_t)b * T, l[0][b], o[2] + (size_t)b * T, l[2][b]);
+    }
+    relcl_beam_result_destroy(res);
+    const char *when = round ? "after the parameters changed" : "first call";
+    tu_check(same == B, "kept panels, %s: greedy == step by step for %d of %d sentences",
+             when, same, B);
+    tu_check(same_beam == B, "kept panels, %s: beam 1 == step by step for %d of %d sentences",
+             when, same_beam, B);
+    if (round == 1)
+      tu_check(moved > 0, "kept panels: the parameters' change moved %d of %d sentences", moved,
+               B);
+    memcpy(o[2], o[0], (size_t)B * T * 4);
+    memcpy(l[2], l[0], (size_t)B * 4);
+    /* the last decoder layer's first feed-forward weights (D_ff x D), only ever read by a
+     * B^T product of more than 64 rows here, negated */
+    scale_params(m, m->dec[c.dec_layers - 1].ffn.w1, (size_t)c.d_ff * c.d_model, -1.0f);
+  }
+  for (int i = 0; i < 3; i++) free(o[i]), free(l[i]);
+  (void)ctx;
+  free_sources(&s);
+  relcl_model_destroy(m);
 }
 
 /* -log p of a hypothesis by teacher forcing: one eval batch of the source and the ids (EOS
@@ -512,6 +610,7 @@ int main(int argc, char **argv) {
   check_beam(ctx, m, &s);
   free_sources(&s);
   relcl_model_destroy(m);
+  check_kept_panels(ctx);
   relcl_context_destroy(ctx);
   return tu_finish();
 }

@@ -298,6 +298,9 @@ relcl_status relcl_model_beam_search(relcl_model *m, const relcl_model_batch *sr
     goto fail;
   }
   if ((st = relcl_decoder_create(m, src, K, s.Tc, &d)) != RELCL_OK) goto fail;
+  /* the decoder's weights into panels once for all steps (gemm.c): nothing writes the
+   * parameters during the search */
+  relcl__panels_keep(m->ctx, m->arena[RELCL_ARENA_PARAMS]);
   /* one live hypothesis per sentence at first: the other rows would only repeat it */
   for (size_t r = 0; r < N; r++) {
     s.live[r] = r % (size_t)K == 0 ? 0.0 : -INFINITY;
@@ -382,6 +385,7 @@ relcl_status relcl_model_beam_search(relcl_model *m, const relcl_model_batch *sr
   *out = res;
   res = NULL;
 fail:
+  relcl__panels_drop(m->ctx);
   relcl_beam_result_destroy(res);
   relcl_decoder_destroy(d);
   search_free(&s);

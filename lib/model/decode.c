@@ -649,6 +649,7 @@ relcl_status relcl__decode_greedy(relcl_model *m, const relcl_model_batch *src, 
     goto fail;
   }
   if ((st = relcl_decoder_create(m, src, 1, max_out, &d)) != RELCL_OK) goto fail;
+  relcl__panels_keep(m->ctx, m->arena[RELCL_ARENA_PARAMS]); /* as relcl_model_beam_search */
   for (size_t i = 0; i < (size_t)B * max_out; i++) out[i] = RELCL_PAD_ID;
   for (int b = 0; b < B; b++) {
     out_lens[b] = max_out;
@@ -683,6 +684,7 @@ relcl_status relcl__decode_greedy(relcl_model *m, const relcl_model_batch *src, 
     rows = n_kept;
   }
 fail:
+  relcl__panels_drop(m->ctx);
   relcl_decoder_destroy(d);
   free(tok);
   free(next);

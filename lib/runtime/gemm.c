@@ -187,6 +187,26 @@ static relcl_status column_sums(relcl_context *ctx, relcl_buf x, size_t rows, si
 #define RELCL_CPU_PACK_K RELCL_CPU_NARROW_K
 #define RELCL_CPU_PACK_REUSE 256
 
+/* panels()'s copy into out (np k w floats), kern its gemm_pack where not trans */
+static relcl_status panels_into(relcl_context *ctx, bool trans, relcl__kernel_entry *kern,
+                                relcl_buf b, size_t ldb, size_t k, size_t n, cl_mem out,
+                                size_t *panel) {
+  const size_t w = 2 * (size_t)ctx->cpu_vec, np = (n + w - 1) / w;
+  *panel = k * w;
+  if (trans) /* B's rows are op(B)'s columns */
+    return transpose_run(ctx, b, n, k, ldb, relcl_buf_at(out, 0), w, w, k * w,
+                         RELCL_BUF_NONE);
+  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
+  const cl_uint lb = (cl_uint)ldb, kk = (cl_uint)k, nn = (cl_uint)n;
+  relcl__buf_arg(&args, b, NULL);
+  RELCL__ARG(&args, lb);
+  RELCL__ARG(&args, kk);
+  RELCL__ARG(&args, nn);
+  relcl__buf_arg(&args, relcl_buf_at(out, 0), NULL);
+  size_t global[2] = {np, (k + 15) / 16}, local[2] = {1, 1};
+  return relcl__enqueue(ctx, kern, &args, 2, global, local, NULL);
+}
+
 /* op(B) (k x n: B k x n, ld ldb, or with trans B n x k) into panels of w = 2 W of its
  * columns in a scratch buffer *out the caller gives back to the pool: panel jb holds rows
  * 0 .. k-1 of columns jb w .. jb w + w - 1 at jb k w, ld w (*panel = k w). *out NULL: with
@@ -200,19 +220,63 @@ static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf b, size_t l
   relcl_status st = trans ? RELCL_OK : relcl__kernel(ctx, "gemm", "gemm_pack", &kern);
   if (st == RELCL_OK) st = relcl__pool_get(ctx, np * k * w * sizeof(float), out);
   if (st != RELCL_OK) return st;
-  *panel = k * w;
-  if (trans) /* B's rows are op(B)'s columns */
-    return transpose_run(ctx, b, n, k, ldb, relcl_buf_at(*out, 0), w, w, k * w,
-                         RELCL_BUF_NONE);
-  relcl__args args = {kern->kernel, 0, CL_SUCCESS};
-  const cl_uint lb = (cl_uint)ldb, kk = (cl_uint)k, nn = (cl_uint)n;
-  relcl__buf_arg(&args, b, NULL);
-  RELCL__ARG(&args, lb);
-  RELCL__ARG(&args, kk);
-  RELCL__ARG(&args, nn);
-  relcl__buf_arg(&args, relcl_buf_at(*out, 0), NULL);
-  size_t global[2] = {np, (k + 15) / 16}, local[2] = {1, 1};
-  return relcl__enqueue(ctx, kern, &args, 2, global, local, NULL);
+  return panels_into(ctx, trans, kern, b, ldb, k, n, *out, panel);
+}
+
+/* ---- B^T's panels kept between products (relcl__panels_keep) ----
+ * relcl-translate on the demo's model (beam 4, model-207 Xeon) spent 4% of its CPU samples
+ * in the transposes of its decoder's weights, each copied into panels again for every
+ * product of every step. The kept panels count as scratch (relcl_memory_stats). */
+
+void relcl__panels_drop(relcl_context *ctx) {
+  relcl__kept *kp = &ctx->kept;
+  for (int i = 0; i < kp->n; i++) clReleaseMemObject(kp->e[i].panels);
+  ctx->pool.held -= kp->bytes;
+  memset(kp, 0, sizeof *kp);
+  relcl__mem_note_scratch(ctx);
+}
+
+void relcl__panels_keep(relcl_context *ctx, cl_mem mem) {
+  relcl__panels_drop(ctx);
+  ctx->kept.src = mem;
+}
+
+/* op(B) = B^T's panels (B n x k at b, rows ldb apart) from the kept ones: found, or made
+ * into a buffer of their own and kept where b lies in the kept buffer and room is left;
+ * *out NULL where not kept (the caller makes its own copy, as without a keep). */
+static relcl_status kept_panels(relcl_context *ctx, relcl_buf b, size_t ldb, size_t k,
+                                size_t n, cl_mem *out, size_t *panel) {
+  relcl__kept *kp = &ctx->kept;
+  const size_t w = 2 * (size_t)ctx->cpu_vec, bytes = (n + w - 1) / w * k * w * sizeof(float);
+  *out = NULL;
+  if (kp->src == NULL || b.mem != kp->src || w % (ctx->row_item ? 16 : 8) != 0)
+    return RELCL_OK;
+  for (int i = 0; i < kp->n; i++) {
+    const relcl__kept_panel *e = &kp->e[i];
+    if (e->offset == b.offset && e->ldb == ldb && e->k == k && e->n == n) {
+      *out = e->panels;
+      *panel = k * w;
+      return RELCL_OK;
+    }
+  }
+  if (kp->n == RELCL__KEPT_PANELS || kp->bytes + bytes > RELCL__KEPT_BYTES ||
+      bytes > ctx->max_alloc)
+    return RELCL_OK;
+  cl_int err;
+  cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS) return RELCL_OK; /* not kept: the product makes its own copy */
+  const relcl_status st = panels_into(ctx, true, NULL, b, ldb, k, n, mem, panel);
+  if (st != RELCL_OK) {
+    clReleaseMemObject(mem);
+    return st;
+  }
+  kp->e[kp->n++] = (relcl__kept_panel){b.offset, ldb, k, n, mem};
+  kp->bytes += bytes;
+  ctx->pool.held += bytes;
+  if (ctx->pool.held > ctx->pool.held_peak) ctx->pool.held_peak = ctx->pool.held;
+  relcl__mem_note_scratch(ctx);
+  *out = mem;
+  return RELCL_OK;
 }
 
 /* One row-major product C = alpha op(A) op(B) + beta C, given to CLBlast as the column-major
@@ -439,14 +503,16 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
                        NULL, beta, relcl_buf_at(c.mem, c.offset + whole * chunk * ldc), ldc, 0, 1,
                        0, 1, ev);
   }
-  /* B transposed: into panels (or, where a transpose block does not fit one, rows) */
-  cl_mem tb = NULL;
+  /* B transposed: into panels (or, where a transpose block does not fit one, rows), or the
+   * kept panels (relcl__panels_keep) */
+  cl_mem tb = NULL, kept = NULL;
   relcl_status st = RELCL_OK;
   if (trans_b) {
-    st = panels(ctx, true, b, ldb, k, n, &tb, &b_panel);
-    const bool rows = st == RELCL_OK && !tb;
+    st = kept_panels(ctx, b, ldb, k, n, &kept, &b_panel);
+    if (st == RELCL_OK && !kept) st = panels(ctx, true, b, ldb, k, n, &tb, &b_panel);
+    const bool rows = st == RELCL_OK && !tb && !kept;
     if (rows) st = transposed_copy(ctx, b, n, k, ldb, &tb, NULL);
-    b = relcl_buf_at(tb, 0), ldb = rows ? n : nr;
+    b = relcl_buf_at(kept ? kept : tb, 0), ldb = rows ? n : nr;
   }
   const cl_uint panel = (cl_uint)(b_panel ? b_panel : nr); /* B's blocks this far apart */
   relcl__kernel_entry *kern = NULL;

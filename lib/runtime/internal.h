@@ -25,9 +25,28 @@ typedef struct relcl__pool_slot {
 typedef struct relcl__pool {
   relcl__pool_slot slot[RELCL__POOL_SLOTS];
   size_t created; /* buffers ever created: lets tests see that calls reuse memory */
-  size_t held, held_peak; /* bytes of the pool's buffers (relcl_memory_stats) */
+  size_t held, held_peak; /* bytes of the pool's buffers and of the kept panels (gemm.c's
+                           * relcl__panels_keep): relcl_memory_stats' scratch */
   size_t used, used_peak; /* bytes requested by the users of in-use buffers */
 } relcl__pool;
+
+/* ---- B^T's panels kept between products (gemm.c, relcl__panels_keep) ---- */
+
+#define RELCL__KEPT_PANELS 64
+/* At most this many bytes of them: past it, products pack as they would without */
+#define RELCL__KEPT_BYTES ((size_t)512 << 20)
+
+typedef struct relcl__kept_panel {
+  size_t offset, ldb, k, n; /* the operand B (n x k, rows ldb apart at offset in src) */
+  cl_mem panels;            /* its panels (gemm.c's panels()) */
+} relcl__kept_panel;
+
+typedef struct relcl__kept {
+  cl_mem src; /* the buffer whose operands are kept; NULL: none */
+  int n;
+  size_t bytes;
+  relcl__kept_panel e[RELCL__KEPT_PANELS];
+} relcl__kept;
 
 /* ---- device-memory accounting (context.c) ----
  * Buffers from relcl_alloc may outlive the context (a cl_mem keeps its cl_context), and
@@ -56,6 +75,7 @@ struct relcl_context {
   relcl__kernel_entry kernel[RELCL__MAX_KERNELS];
   int n_kernels;
   relcl__pool pool;
+  relcl__kept kept; /* B^T's panels kept between products (gemm.c) */
   char tuning[1024]; /* which CLBlast tuning was applied (tuning.c) */
   relcl_tuning_fit tuning_fit;
   char *tuning_kernels; /* the applied file's "kernels" object as JSON text, or NULL */

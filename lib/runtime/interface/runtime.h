@@ -88,6 +88,17 @@ size_t relcl__wg(const relcl_context *ctx, size_t want, size_t limit);
 relcl_status relcl__pool_get(relcl_context *ctx, size_t bytes, cl_mem *out);
 void relcl__pool_put(relcl_context *ctx, cl_mem mem);
 
+/* ---- B^T's panels kept between products (gemm.c) ---- */
+
+/* From relcl__panels_keep until relcl__panels_drop, a product on a CPU whose transposed B
+ * lies in mem (gemm_cpu's B^T products: x W^T) copies that B into panels the first time only
+ * and reads the same panels again after, where each product made its own copy: the caller
+ * promises that nothing writes mem meanwhile (a decoding call and its model's parameters).
+ * The same panels, the same sums: the same bits. Another keep drops the kept first; the
+ * context drops them when destroyed. */
+void relcl__panels_keep(relcl_context *ctx, cl_mem mem);
+void relcl__panels_drop(relcl_context *ctx);
+
 /* ---- buffers (buffer.c) ---- */
 
 /* Set n floats to value, without argument checks. */
