@@ -56,7 +56,9 @@ __kernel void hist_gather(__global const int *from, uint f_off, __global const i
  * uses (rlo .. rlo + R - 1, at most 2k + 1): their logits q . wK[r] once, and on the value
  * side the sums of the weights falling on each label (the clipped ends gather many keys)
  * times wV[r]; the prefix itself costs only the content terms.
- * Q, Z (B H nq, dh); K, V: matrix bh at bh * kv_stride, rows of dh, or with a history (hist,
+ * Q, Z: query row g's dh floats at b q_bs + h q_hs + i q_is (step_at: the heads layout
+ * (B, H, nq, dh), or where the decoder's products write and read them, which saves a split
+ * and a merge); K, V: matrix bh at bh * kv_stride, rows of dh, or with a history (hist,
  * rows hist_ld apart; 0: none) key j of (b, h) at position j of cache row hist[b][j] (see the
  * top of this file); P (B H nq, pw) scratch
  * with pw >= nk + 2 R: the weights, then the label logits, then the label sums.
@@ -80,6 +82,12 @@ inline step_row_t step_row_of(int g, int H, int nq, int nk, int k, int q_pos0, i
   s.rlo = clamp(-s.pos, -k, k) + k;
   s.R = s.n > 0 ? clamp(s.n - 1 - s.pos, -k, k) + k - s.rlo + 1 : 0;
   return s;
+}
+
+/* Where query row g's q (or z) starts: its sequence b, head h and query i (g - bh nq) times
+ * the strides bs, hs, is */
+inline size_t step_at(step_row_t sr, int g, int nq, int bs, int hs, int is) {
+  return (size_t)sr.b * bs + (size_t)sr.h * hs + (size_t)(g - sr.bh * nq) * is;
 }
 
 /* The weights p[] of label rlo + r's keys, in order: j = pos + d for |d| < k, and the clipped
@@ -121,7 +129,8 @@ inline float step_column(__global const float *p, __global const float *vb,
       uint wk_off, __global const float *wV, uint wv_off, __global const int *key_len,      \
       uint kl_off, __global const int *hist, uint h_off, int hist_ld, __global float *P,    \
       uint p_off, uint pw, __global float *Z, uint z_off, int H, int nq, int nk, int dh,    \
-      int k, int q_pos0, int flags, float scale, int rows, int lanes
+      int k, int q_pos0, int flags, float scale, int rows, int lanes, int q_bs, int q_hs,   \
+      int q_is, int z_bs, int z_hs, int z_is
 
 /* attn_step's kb, vb, hr and row for query row sr: with a history (hist_ld > 0, the
  * self-attention's caches) hypothesis b's row of it and head h's matrix in cache row 0, cache
@@ -183,7 +192,7 @@ inline void attn_step_row(STEP_PARAMS) {
   if (g >= rows) return;
   const step_row_t sr = step_row_of(g, H, nq, nk, k, q_pos0, flags, key_len, kl_off);
   const int h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
-  __global const float *q = Q + q_off + (size_t)g * dh;
+  __global const float *q = Q + q_off + step_at(sr, g, nq, q_bs, q_hs, q_is);
   STEP_KV_BASES;
   const size_t table = (size_t)(2 * k + 1) * dh;
   const size_t t_at = (flags & RELCL_STEP_PER_HEAD) ? (size_t)h * table : 0;
@@ -214,7 +223,7 @@ inline void attn_step_row(STEP_PARAMS) {
   if (flags & RELCL_STEP_REL_V)
     for (int r = 0; r < R; r++) bucket[r] = step_bucket(p, r, rlo, k, pos, n);
   __global const float *wv = wV + wv_off + t_at + (size_t)rlo * dh;
-  __global float *z = Z + z_off + (size_t)g * dh;
+  __global float *z = Z + z_off + step_at(sr, g, nq, z_bs, z_hs, z_is);
   int c = 0;
   /* eight columns a vector, up to eight vectors at once: each column its own sum, in order,
    * the vectors independent chains that overlap */
@@ -243,12 +252,13 @@ __kernel void attn_step(STEP_PARAMS, __local float *red, __local float *q) {
 #ifdef RELCL_ROW_ITEM
   attn_step_row(Q, q_off, K, k_off, V, v_off, kv_stride, wK, wk_off, wV, wv_off, key_len, kl_off,
                 hist, h_off, hist_ld, P, p_off, pw, Z, z_off, H, nq, nk, dh, k, q_pos0, flags,
-                scale, rows, lanes);
+                scale, rows, lanes, q_bs, q_hs, q_is, z_bs, z_hs, z_is);
 #else
   const int g = get_group_id(0), lid = get_local_id(0), wg = get_local_size(0);
   const step_row_t sr = step_row_of(g, H, nq, nk, k, q_pos0, flags, key_len, kl_off);
   const int h = sr.h, pos = sr.pos, n = sr.n, rlo = sr.rlo, R = sr.R;
-  for (int c = lid; c < dh; c += wg) q[c] = Q[q_off + (size_t)g * dh + c];
+  const size_t q_at = q_off + step_at(sr, g, nq, q_bs, q_hs, q_is);
+  for (int c = lid; c < dh; c += wg) q[c] = Q[q_at + c];
   barrier(CLK_LOCAL_MEM_FENCE);
   STEP_KV_BASES;
   const size_t table = (size_t)(2 * k + 1) * dh;
@@ -289,9 +299,9 @@ __kernel void attn_step(STEP_PARAMS, __local float *red, __local float *q) {
     barrier(CLK_GLOBAL_MEM_FENCE);
   }
   __global const float *wv = wV + wv_off + t_at + (size_t)rlo * dh;
+  const size_t z_at = z_off + step_at(sr, g, nq, z_bs, z_hs, z_is);
   for (int c = lid; c < dh; c += wg)
-    Z[z_off + (size_t)g * dh + c] =
-        step_column(p, vb, hr, row, n, dh, bucket, wv, R, flags, c) * inv;
+    Z[z_at + c] = step_column(p, vb, hr, row, n, dh, bucket, wv, R, flags, c) * inv;
 #endif
 }
 

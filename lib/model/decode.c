@@ -54,7 +54,7 @@ struct relcl_decoder {
   int B, beam, N, S, Tc, t;
   int D, H, dh, F, V, L;
   bool pre;
-  size_t x0, x1, u, a, s, qkv, qh, z, zm, h, mean, rstd, logits, losses, probs; /* W_WORK */
+  size_t x0, x1, u, a, s, qkv, z, h, mean, rstd, logits, losses, probs; /* W_WORK */
   size_t pw; /* floats per query row in probs: weights, label logits, label sums */
   int32_t *src_lens; /* (B) host copy */
   int cur;           /* the copy of the history in use: I_HIST0 + cur */
@@ -193,9 +193,7 @@ relcl_status relcl_decoder_create(relcl_model *m, const relcl_model_batch *src, 
   d->a = take(&used, N * D);
   d->s = take(&used, N * D);
   d->qkv = take(&used, 3 * N * D);
-  d->qh = take(&used, N * D);
   d->z = take(&used, N * D);
-  d->zm = take(&used, N * D);
   d->h = take(&used, N * (size_t)d->F);
   d->mean = take(&used, N);
   d->rstd = take(&used, N);
@@ -286,14 +284,20 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
 }
 
-/* Attention of nq queries per (b, h) of Q (B, H, nq, dh) over nk keys of K, V (matrix bh at
- * bh kv_stride; with hist, the caches' history, key j of (b, h) in cache row hist[b][j])
- * into Z, by kernels/decode.cl's attn_step (the decoder's shapes: see there). Relative
- * tables wK, wV as in relcl_attn_forward (absent: no relative term). */
+/* Where attn_step reads a query's q or writes its z: (sequence, head, query) strides */
+typedef struct step_layout {
+  int b, h, i;
+} step_layout;
+
+/* Attention of nq queries per (b, h) of Q over nk keys of K, V (matrix bh at bh kv_stride;
+ * with hist, the caches' history, key j of (b, h) in cache row hist[b][j]) into Z, by
+ * kernels/decode.cl's attn_step (the decoder's shapes: see there); q and z of (b, h, i) at
+ * b ql.b + h ql.h + i ql.i (zl) in Q (Z): the products' own layouts, no heads split or
+ * merge. Relative tables wK, wV as in relcl_attn_forward (absent: no relative term). */
 static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos0, int flags,
-                              relcl_buf Q, relcl_buf K, relcl_buf V, size_t kv_stride,
-                              relcl_buf hist, relcl_buf wK, relcl_buf wV, relcl_buf key_len,
-                              relcl_buf Z) {
+                              relcl_buf Q, step_layout ql, relcl_buf K, relcl_buf V,
+                              size_t kv_stride, relcl_buf hist, relcl_buf wK, relcl_buf wV,
+                              relcl_buf key_len, relcl_buf Z, step_layout zl) {
   relcl__kernel_entry *kern;
   TRY(relcl__kernel(d->ctx, "decode", "attn_step", &kern));
   const relcl_model_config *c = &d->m->cfg;
@@ -337,6 +341,8 @@ static relcl_status attn_step(relcl_decoder *d, int B, int nq, int nk, int q_pos
   const int rows = B * d->H * nq, lanes = (int)wg;
   RELCL__ARG(&a, rows);
   RELCL__ARG(&a, lanes);
+  const int strides[6] = {ql.b, ql.h, ql.i, zl.b, zl.h, zl.i};
+  for (int i = 0; i < 6; i++) RELCL__ARG(&a, strides[i]);
   RELCL__ARG_LOCAL(&a, item ? sizeof(float) : wg * sizeof(float));
   RELCL__ARG_LOCAL(&a, item ? sizeof(float) : (size_t)d->dh * sizeof(float));
   if (item) {
@@ -385,27 +391,26 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
     TRY(relcl__linear_forward(ctx, N, D, 3 * D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
     TRY(cache_put(d, (size_t)D, cache(d, l, 0)));
     TRY(cache_put(d, 2 * (size_t)D, cache(d, l, 1)));
-    /* (N, 1 position, H, dh) -> (N, H, 1, dh) */
-    TRY(relcl__heads_split(ctx, 1, N, 1, d->H, d->dh, Wk(d, d->qkv), 3 * D, Wk(d, d->qh)));
-    /* the tables say which relative terms there are (no rel_v with keys only) */
-    TRY(attn_step(d, N, 1, d->t + 1, d->t, RELCL_STEP_CAUSAL, Wk(d, d->qh), cache(d, l, 0),
-                  cache(d, l, 1), (size_t)d->Tc * d->dh, Id(d, I_HIST0 + d->cur),
-                  opt(d, ap->rel_k), opt(d, ap->rel_v), RELCL_BUF_NONE, Wk(d, d->z)));
-    /* (N, H, 1, dh) is already (N, D) */
+    /* q of row r's head h in Q|K|V's row r (3 D floats); z into (N, D), heads side by side.
+     * The tables say which relative terms there are (no rel_v with keys only). */
+    TRY(attn_step(d, N, 1, d->t + 1, d->t, RELCL_STEP_CAUSAL, Wk(d, d->qkv),
+                  (step_layout){3 * D, d->dh, 0}, cache(d, l, 0), cache(d, l, 1),
+                  (size_t)d->Tc * d->dh, Id(d, I_HIST0 + d->cur), opt(d, ap->rel_k),
+                  opt(d, ap->rel_v), RELCL_BUF_NONE, Wk(d, d->z), (step_layout){D, d->dh, 0}));
     *b = P(d, ap->bo);
     return relcl__linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), RELCL_BUF_NONE, a);
   }
   const relcl__attn_p *ap = &dp->cross;
   const size_t k = 2 * (size_t)l * d->B * d->S * D, v = k + (size_t)d->B * d->S * D;
   TRY(relcl__linear_forward(ctx, N, D, D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
-  /* the beam rows of a sentence are its queries: (B, beam, D) -> (B, H, beam, dh) */
-  TRY(relcl__heads_split(ctx, 1, d->B, d->beam, d->H, d->dh, Wk(d, d->qkv), D, Wk(d, d->qh)));
-  TRY(attn_step(d, d->B, d->beam, d->S, 0, 0, Wk(d, d->qh), Mem(d, k), Mem(d, v),
+  /* the beam rows of a sentence are its queries: query i of sentence b is row b beam + i of
+   * Q (N, D), and its z goes to the same row of (N, D) */
+  const step_layout rows = {d->beam * D, d->dh, D};
+  TRY(attn_step(d, d->B, d->beam, d->S, 0, 0, Wk(d, d->qkv), rows, Mem(d, k), Mem(d, v),
                 (size_t)d->S * d->dh, RELCL_BUF_NONE, RELCL_BUF_NONE, RELCL_BUF_NONE,
-                Id(d, I_SRCLEN), Wk(d, d->z)));
-  TRY(relcl__heads_merge(ctx, 1, d->B, d->beam, d->H, d->dh, Wk(d, d->z), Wk(d, d->zm), D));
+                Id(d, I_SRCLEN), Wk(d, d->z), rows));
   *b = P(d, ap->bo);
-  return relcl__linear_forward(ctx, N, D, D, Wk(d, d->zm), P(d, ap->wo), RELCL_BUF_NONE, a);
+  return relcl__linear_forward(ctx, N, D, D, Wk(d, d->z), P(d, ap->wo), RELCL_BUF_NONE, a);
 }
 
 /* One residual block from x_in into x_out (model_graph.c's block_fwd without dropout; bias
