@@ -9,29 +9,35 @@
  * which Oclgrind cannot follow. Pure copies: no arithmetic.
  */
 
-/* The new position t of every hypothesis: cache[r][h][t][e] = x[r ld + h dh + e], x the
- * step's projected keys (or values), (N, ld), heads in its first H dh columns; and
- * hist[r][t] = r (rows Tc apart). Global (dh, H, N); in the item shape (CPUs) (N H), a
- * head's dh floats a work-item (a float a work-item took 5% of relcl-translate's device
- * time on PoCL). */
-__kernel void cache_put(__global const float *x, uint x_off, int ld, __global float *cache,
-                        uint c_off, int H, int Tc, int dh, int t, int N, __global int *hist,
+/* The new position t of every hypothesis, its keys and its values in one launch: cache_k
+ * [r][h][t][e] = x[r ld + h dh + e] and cache_v[r][h][t][e] = x[r ld + v_gap + h dh + e], x
+ * the step's projections (N, ld), the keys' H dh columns first and the values' v_gap
+ * floats after them; and hist[r][t] = r (rows Tc apart). Global (dh, H, 2 N), keys and
+ * values of row r at 2 r and 2 r + 1; in the item shape (CPUs) (N H, 2), a head's dh floats
+ * a work-item (a float a work-item took 5% of relcl-translate's device time on PoCL). */
+__kernel void cache_put(__global const float *x, uint x_off, int ld, int v_gap,
+                        __global float *cache_k, uint k_off, __global float *cache_v,
+                        uint v_off, int H, int Tc, int dh, int t, int N, __global int *hist,
                         uint h_off) {
 #ifdef RELCL_ROW_ITEM
   const int e = 0, r = get_global_id(0) / H, h = get_global_id(0) - r * H;
+  const int kv = get_global_id(1);
   if (r >= N) return;
-  __global float *dst = cache + c_off + (((size_t)r * H + h) * Tc + t) * dh;
-  __global const float *src = x + x_off + (size_t)r * ld + (size_t)h * dh;
+  __global float *dst = kv ? cache_v + v_off : cache_k + k_off;
+  dst += (((size_t)r * H + h) * Tc + t) * dh;
+  __global const float *src = x + x_off + (size_t)r * ld + (size_t)kv * v_gap + (size_t)h * dh;
   int c = 0;
   for (; c + 8 <= dh; c += 8) vstore8(vload8(0, src + c), 0, dst + c);
   for (; c < dh; c++) dst[c] = src[c];
 #else
-  const int e = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
+  const int e = get_global_id(0), h = get_global_id(1), r = get_global_id(2) / 2;
+  const int kv = get_global_id(2) - 2 * r;
   if (e >= dh || h >= H || r >= N) return;
-  cache[c_off + (((size_t)r * H + h) * Tc + t) * dh + e] =
-      x[x_off + (size_t)r * ld + (size_t)h * dh + e];
+  __global float *dst = kv ? cache_v + v_off : cache_k + k_off;
+  dst[(((size_t)r * H + h) * Tc + t) * dh + e] =
+      x[x_off + (size_t)r * ld + (size_t)kv * v_gap + (size_t)h * dh + e];
 #endif
-  if (e == 0 && h == 0) hist[h_off + (size_t)r * Tc + t] = r;
+  if (e == 0 && h == 0 && kv == 0) hist[h_off + (size_t)r * Tc + t] = r;
 }
 
 /* Hypothesis r continues from hypothesis from[r]: dst[r][j] = src[from[r]][j] for the npos

@@ -263,16 +263,18 @@ static relcl_status launch3(relcl_context *ctx, relcl__kernel_entry *k, const re
 }
 
 
-/* Keys or values of the new position (columns col.. of qkv (N, 3D)) into the cache at t,
- * each hypothesis's into its own row (and the history says so). */
-static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
+/* Keys and values of the new position (columns D.. and 2D.. of qkv (N, 3D)) into layer l's
+ * caches at t, each hypothesis's into its own row (and the history says so). */
+static relcl_status cache_put(relcl_decoder *d, int l) {
   relcl__kernel_entry *k;
   TRY(relcl__kernel(d->ctx, "decode", "cache_put", &k));
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  int ld = 3 * d->D;
-  relcl__buf_arg(&a, Wk(d, d->qkv + col), NULL);
+  const int ld = 3 * d->D, v_gap = d->D;
+  relcl__buf_arg(&a, Wk(d, d->qkv + (size_t)d->D), NULL);
   RELCL__ARG(&a, ld);
-  relcl__buf_arg(&a, dst, NULL);
+  RELCL__ARG(&a, v_gap);
+  relcl__buf_arg(&a, cache(d, l, 0), NULL);
+  relcl__buf_arg(&a, cache(d, l, 1), NULL);
   RELCL__ARG(&a, d->H);
   RELCL__ARG(&a, d->Tc);
   RELCL__ARG(&a, d->dh);
@@ -280,8 +282,8 @@ static relcl_status cache_put(relcl_decoder *d, size_t col, relcl_buf dst) {
   RELCL__ARG(&a, d->N);
   relcl__buf_arg(&a, Id(d, I_HIST0 + d->cur), NULL);
   if (relcl__row_item(d->ctx)) /* the item shape: a head a work-item (kernels/decode.cl) */
-    return launch3(d->ctx, k, &a, (size_t)d->N * d->H, 1, 1);
-  return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, (size_t)d->N);
+    return launch3(d->ctx, k, &a, (size_t)d->N * d->H, 2, 1);
+  return launch3(d->ctx, k, &a, (size_t)d->dh, (size_t)d->H, 2 * (size_t)d->N);
 }
 
 /* Where attn_step reads a query's q or writes its z: (sequence, head, query) strides */
@@ -389,8 +391,7 @@ static relcl_status sub_fwd(relcl_decoder *d, int l, sub_kind kind, relcl_buf u,
   if (kind == SUB_SELF) {
     const relcl__attn_p *ap = &dp->self;
     TRY(relcl__linear_forward(ctx, N, D, 3 * D, u, P(d, ap->wq), P(d, ap->bq), Wk(d, d->qkv)));
-    TRY(cache_put(d, (size_t)D, cache(d, l, 0)));
-    TRY(cache_put(d, 2 * (size_t)D, cache(d, l, 1)));
+    TRY(cache_put(d, l));
     /* q of row r's head h in Q|K|V's row r (3 D floats); z into (N, D), heads side by side.
      * The tables say which relative terms there are (no rel_v with keys only). */
     TRY(attn_step(d, N, 1, d->t + 1, d->t, RELCL_STEP_CAUSAL, Wk(d, d->qkv),
