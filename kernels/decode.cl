@@ -154,9 +154,10 @@ inline float step_column(__global const float *p, __global const float *vb,
  * sums in the same order as a work-group of `lanes` work-items would make them (the host
  * passes the group shape's size): the softmax's sum as `lanes` partial sums, key j in partial
  * j mod lanes, added up in relcl_wg_sum's tree; the maximum in any order (exact); every other
- * sum in order, as there. The bits are the group shape's. The work-group's barriers and
- * reductions had cost PoCL more than the arithmetic: relcl-translate's decoding of the demo's
- * test set spent 38% of its device time in attn_step (see decode.c). */
+ * sum in order, as there. The bits are the group shape's but for exp's (below). The
+ * work-group's barriers and reductions had cost PoCL more than the arithmetic:
+ * relcl-translate's decoding of the demo's test set spent 38% of its device time in
+ * attn_step (see decode.c). */
 #define STEP_LANES_MAX 64
 /* out[j] = q . x_j for the n rows x_j = step_key(x, hr, row, j, dh), each in order of c:
  * eight rows at a time, whose sums are independent chains that overlap (rows past n read row
@@ -217,7 +218,19 @@ inline void attn_step_row(STEP_PARAMS) {
   }
   float part[STEP_LANES_MAX];
   for (int l = 0; l < lanes; l++) part[l] = 0.0f;
-  for (int j = 0; j < n; j++) {
+  int j = 0;
+  /* eight keys a vector exp (a scalar exp a key had been a fifth of this kernel's samples),
+   * each into its partial sum as one at a time would go: the same sums. PoCL's vector exp
+   * differs from its scalar one in the last bit for about 1% of arguments, so these bits are
+   * the group shape's but for that. */
+  if (lanes >= 8)
+    for (; j + 8 <= n; j += 8) {
+      const float8 a = exp(vload8(0, p + j) - mx);
+      vstore8(a, 0, p + j);
+      float *pt = part + (j & (lanes - 1));
+      vstore8(vload8(0, pt) + a, 0, pt);
+    }
+  for (; j < n; j++) {
     const float a = exp(p[j] - mx);
     p[j] = a;
     part[j & (lanes - 1)] += a;
@@ -232,24 +245,36 @@ inline void attn_step_row(STEP_PARAMS) {
   __global float *z = Z + z_off + step_at(sr, g, nq, z_bs, z_hs, z_is);
   int c = 0;
   /* eight columns a vector, up to eight vectors at once: each column its own sum, in order,
-   * the vectors independent chains that overlap */
+   * the vectors independent chains that overlap. NV vectors (STEP_WSUM: a constant for 4 and
+   * 8, heads 32 and 64 wide, so that the unrolled loops test nothing: their tests had been
+   * a fifth of this kernel's samples in relcl-translate on the demo's model) */
+#define STEP_WSUM(NV)                                                                       \
+  {                                                                                         \
+    for (int j = 0; j < n; j++) {                                                           \
+      __global const float *vj = step_key(vb, hr, row, j, dh) + c;                          \
+      const float pj = p[j];                                                                \
+      _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < (NV)) acc[v] += pj * vload8(v, vj); \
+    }                                                                                       \
+    if (flags & RELCL_STEP_REL_V)                                                           \
+      for (int r = 0; r < R; r++) {                                                         \
+        __global const float *wr = wv + (size_t)r * dh + c;                                 \
+        const float br = bucket[r];                                                         \
+        _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < (NV)) acc[v] += br * vload8(v, wr); \
+      }                                                                                     \
+  }
   for (int nv; c + 8 <= dh; c += 8 * nv) {
     nv = min((dh - c) / 8, 8);
     float8 acc[8];
     _Pragma("unroll") for (int v = 0; v < 8; v++) acc[v] = (float8)(0.0f);
-    for (int j = 0; j < n; j++) {
-      __global const float *vj = step_key(vb, hr, row, j, dh) + c;
-      const float pj = p[j];
-      _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) acc[v] += pj * vload8(v, vj);
-    }
-    if (flags & RELCL_STEP_REL_V)
-      for (int r = 0; r < R; r++) {
-        __global const float *wr = wv + (size_t)r * dh + c;
-        const float br = bucket[r];
-        _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) acc[v] += br * vload8(v, wr);
-      }
+    if (nv == 8)
+      STEP_WSUM(8)
+    else if (nv == 4)
+      STEP_WSUM(4)
+    else
+      STEP_WSUM(nv)
     _Pragma("unroll") for (int v = 0; v < 8; v++) if (v < nv) vstore8(acc[v] * inv, v, z + c);
   }
+#undef STEP_WSUM
   for (; c < dh; c++) z[c] = step_column(p, vb, hr, row, n, dh, bucket, wv, R, flags, c) * inv;
 }
 #endif
