@@ -14,19 +14,39 @@
 
 /* ---- layer norm: a work-group or a work-item per row (common.cl) ---- */
 
+/* With add (not 0) the row normalized is res + (x + xb), xb a row of d (a linear layer's
+ * bias), written to y first and normalized there: what dropout_apply without dropout
+ * (relcl__bias_dropout_residual at p 0) and then layer norm compute, in one pass over the
+ * row instead of two launches (the decoder's post-norm blocks, lib/model/decode.c). The
+ * same float operations on the same values: the same bits. */
 __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *gain,
                      uint g_off, __global const float *bias, uint b_off, __global float *y,
                      uint y_off, __global float *mean, uint m_off, __global float *rstd,
-                     uint r_off, int rows, int d, float eps, __local float *red) {
+                     uint r_off, int rows, int d, float eps, int add,
+                     __global const float *xb, uint xb_off, __global const float *res,
+                     uint res_off, __local float *red) {
   const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * d;
   __global float *yr = y + y_off + (size_t)row * d;
+  __global const float *rr = res + res_off + (size_t)row * d;
+  xb += xb_off;
 #ifdef RELCL_ROW_ITEM
   /* the item shape: whole vectors of the row, then its tail (common.cl) */
   const int vend = d - d % RELCL_COL_VEC;
   RELCL_COL_VECTOR s8 = 0.0f, v8 = 0.0f;
-  for (int c = 0; c < vend; c += RELCL_COL_VEC) s8 += RELCL_COL_VLOAD(0, xr + c);
+  if (add) {
+    for (int c = 0; c < vend; c += RELCL_COL_VEC) {
+      const RELCL_COL_VECTOR t = RELCL_COL_VLOAD(0, rr + c) +
+                                 (RELCL_COL_VLOAD(0, xr + c) + RELCL_COL_VLOAD(0, xb + c));
+      RELCL_COL_VSTORE(t, 0, yr + c);
+      s8 += t;
+    }
+    for (int c = vend; c < d; c++) yr[c] = rr[c] + (xr[c] + xb[c]);
+    xr = yr;
+  } else {
+    for (int c = 0; c < vend; c += RELCL_COL_VEC) s8 += RELCL_COL_VLOAD(0, xr + c);
+  }
   float s = relcl_lanes_sum(s8);
   for (int c = vend; c < d; c++) s += xr[c];
   const float mu = s / (float)d;
@@ -48,6 +68,10 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
   const int c0 = vend, step = 1;
 #else
   float s = 0.0f;
+  if (add) { /* each lane reads back only its own columns: no barrier */
+    for (int c = lid; c < d; c += wg) yr[c] = rr[c] + (xr[c] + xb[c]);
+    xr = yr;
+  }
   for (int c = lid; c < d; c += wg) s += xr[c];
   const float mu = relcl_row_sum(red, s) / (float)d;
   float v = 0.0f;

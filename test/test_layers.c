@@ -323,6 +323,44 @@ static int same_bits(const void *a, const void *b, size_t n) {
 
 /* ---- layer norm ---- */
 
+/* relcl__layernorm_add_forward (the decoder's post-norm blocks): layer norm of res + (a +
+ * xb) in one launch, against relcl__bias_dropout_residual at p 0 into a buffer and then
+ * relcl__layernorm_forward of it, bit for bit: y, mean and rstd */
+static void check_layernorm_add(relcl_context *ctx, const layer_case *c, const float *res,
+                                const float *g, const float *b) {
+  const int rows = c->a, d = c->b;
+  const size_t n = (size_t)rows * d;
+  float *a = tu_alloc_host(n), *xb = tu_alloc_host((size_t)d);
+  tu_fill(a, n, 16);
+  tu_fill(xb, (size_t)d, 17);
+  cl_mem A = tu_upload(ctx, a, n), XB = tu_upload(ctx, xb, (size_t)d),
+         RES = tu_upload(ctx, res, n), Gm = tu_upload(ctx, g, (size_t)d),
+         Bm = tu_upload(ctx, b, (size_t)d), S = dev_zeros(ctx, n), Y[2], M[2], R[2];
+  for (int i = 0; i < 2; i++)
+    Y[i] = dev_zeros(ctx, n), M[i] = dev_zeros(ctx, (size_t)rows),
+    R[i] = dev_zeros(ctx, (size_t)rows);
+  TU_OK(relcl__bias_dropout_residual(ctx, rows, d, 0.0f, 0, 0, B0(A), B0(XB), B0(RES), B0(S),
+                                     RELCL_BUF_NONE));
+  TU_OK(relcl__layernorm_forward(ctx, rows, d, c->f, B0(S), B0(Gm), B0(Bm), B0(Y[0]), B0(M[0]),
+                                 B0(R[0])));
+  TU_OK(relcl__layernorm_add_forward(ctx, rows, d, c->f, B0(A), B0(XB), B0(RES), B0(Gm),
+                                     B0(Bm), B0(Y[1]), B0(M[1]), B0(R[1])));
+  float *y[2], *m[2], *r[2];
+  for (int i = 0; i < 2; i++) {
+    y[i] = tu_download(ctx, Y[i], n);
+    m[i] = tu_download(ctx, M[i], (size_t)rows);
+    r[i] = tu_download(ctx, R[i], (size_t)rows);
+  }
+  tu_check(same_bits(y[0], y[1], n) && same_bits(m[0], m[1], (size_t)rows) &&
+               same_bits(r[0], r[1], (size_t)rows),
+           "%-28s residual + bias + ln in one launch: the bits of the two", c->name);
+  for (int i = 0; i < 2; i++) free(y[i]), free(m[i]), free(r[i]), release(Y[i]), release(M[i]),
+                              release(R[i]);
+  cl_mem all[] = {A, XB, RES, Gm, Bm, S};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  free(a), free(xb);
+}
+
 static void check_layernorm(relcl_context *ctx, const layer_case *c) {
   const int rows = c->a, d = c->b, acc = c->flag & 1;
   const size_t n = (size_t)rows * d;
@@ -383,6 +421,7 @@ static void check_layernorm(relcl_context *ctx, const layer_case *c) {
   tu_check(same, "%-28s bitwise identical on a second run", c->name);
   for (int r = 0; r < 2; r++)
     for (int i = 0; i < 5; i++) free(out[r][i]);
+  check_layernorm_add(ctx, c, x, g, b);
   free(x), free(g), free(b), free(dy), free(dx0), free(y), free(mean), free(rstd), free(dx);
   free(dg), free(db);
 }

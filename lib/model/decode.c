@@ -54,7 +54,7 @@ struct relcl_decoder {
   int B, beam, N, S, Tc, t;
   int D, H, dh, F, V, L;
   bool pre;
-  size_t x0, x1, u, a, s, qkv, z, h, mean, rstd, logits, losses, probs; /* W_WORK */
+  size_t x0, x1, u, a, qkv, z, h, mean, rstd, logits, losses, probs; /* W_WORK */
   size_t pw; /* floats per query row in probs: weights, label logits, label sums */
   int32_t *src_lens; /* (B) host copy */
   int cur;           /* the copy of the history in use: I_HIST0 + cur */
@@ -191,7 +191,6 @@ relcl_status relcl_decoder_create(relcl_model *m, const relcl_model_batch *src, 
   d->x1 = take(&used, N * D);
   d->u = take(&used, N * D);
   d->a = take(&used, N * D);
-  d->s = take(&used, N * D);
   d->qkv = take(&used, 3 * N * D);
   d->z = take(&used, N * D);
   d->h = take(&used, N * (size_t)d->F);
@@ -430,10 +429,10 @@ static relcl_status block_fwd(relcl_decoder *d, int l, sub_kind kind, size_t x_i
                                         Wk(d, x_out), RELCL_BUF_NONE);
   }
   TRY(sub_fwd(d, l, kind, Wk(d, x_in), &b));
-  TRY(relcl__bias_dropout_residual(d->ctx, N, D, 0.0f, 0, 0, Wk(d, d->a), b, Wk(d, x_in),
-                                   Wk(d, d->s), RELCL_BUF_NONE));
-  return relcl__layernorm_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, d->s), P(d, ln->g),
-                                 P(d, ln->b), Wk(d, x_out), Wk(d, d->mean), Wk(d, d->rstd));
+  /* LN(x_in + (a + b)) in one launch: the bits of the sum stored, then normalized */
+  return relcl__layernorm_add_forward(d->ctx, N, D, RELCL__LN_EPS, Wk(d, d->a), b, Wk(d, x_in),
+                                      P(d, ln->g), P(d, ln->b), Wk(d, x_out), Wk(d, d->mean),
+                                      Wk(d, d->rstd));
 }
 
 relcl_status relcl_decoder_step(relcl_decoder *d, const int32_t *tokens) {

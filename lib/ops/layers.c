@@ -110,13 +110,15 @@ static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK
 
 /* ---- layer norm ---- */
 
-relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
-                                      relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
-                                      relcl_buf mean, relcl_buf rstd) {
+/* ln_fwd of x, or with xb.mem of res + (x + xb) (kernels/layers.cl) */
+static relcl_status ln_fwd(relcl_context *ctx, int rows, int d, float eps, relcl_buf x,
+                           relcl_buf xb, relcl_buf res, relcl_buf gain, relcl_buf bias,
+                           relcl_buf y, relcl_buf mean, relcl_buf rstd) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  const int add = xb.mem != NULL;
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, gain, NULL);
   relcl__buf_arg(&a, bias, NULL);
@@ -126,7 +128,24 @@ relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float
   RELCL__ARG(&a, rows);
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, eps);
+  RELCL__ARG(&a, add);
+  relcl__buf_arg(&a, add ? xb : x, NULL); /* not read without add */
+  relcl__buf_arg(&a, add ? res : x, NULL);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
+}
+
+relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
+                                      relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                      relcl_buf mean, relcl_buf rstd) {
+  return ln_fwd(ctx, rows, d, eps, x, RELCL_BUF_NONE, RELCL_BUF_NONE, gain, bias, y, mean,
+                rstd);
+}
+
+relcl_status relcl__layernorm_add_forward(relcl_context *ctx, int rows, int d, float eps,
+                                          relcl_buf x, relcl_buf xb, relcl_buf res,
+                                          relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                          relcl_buf mean, relcl_buf rstd) {
+  return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd);
 }
 
 relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float eps,

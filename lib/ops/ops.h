@@ -41,6 +41,13 @@ relcl_status relcl__posenc_add(relcl_context *ctx, relcl_buf x, int batch, int n
 relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float eps,
                                       relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
                                       relcl_buf mean, relcl_buf rstd);
+/* Layer norm of res + (x + xb), xb a row of d (a bias), in one pass: the bits of
+ * relcl__bias_dropout_residual at p 0 into a buffer, then relcl__layernorm_forward of it
+ * (y holds that sum until it is normalized in place; y may not be x, xb or res) */
+relcl_status relcl__layernorm_add_forward(relcl_context *ctx, int rows, int d, float eps,
+                                          relcl_buf x, relcl_buf xb, relcl_buf res,
+                                          relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                          relcl_buf mean, relcl_buf rstd);
 relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
                                        relcl_buf gain, relcl_buf mean, relcl_buf rstd,
                                        relcl_buf dy, relcl_buf dx, int accumulate,
