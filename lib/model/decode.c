@@ -533,27 +533,30 @@ relcl_status relcl__rows_topk(relcl_context *ctx, int N, int V, int kk, relcl_bu
 relcl_status relcl__decoder_read_top(relcl_decoder *d, int kk, float *val, int32_t *id,
                                      double *lse) {
   const size_t N = (size_t)d->N, K = (size_t)kk;
-  cl_mem vm = NULL, im = NULL;
-  float *l = malloc(3 * N * sizeof *l);
-  relcl_status st = l ? RELCL_OK : relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  /* one buffer, read back at once (a step's one wait for the device, where four reads each
+   * waited): the values (N K), the ids (N K int32), the rows' z_0 (N), then the loss
+   * kernel's (loss, NLL) pairs (2 N) */
+  const size_t o_id = N * K, o_z0 = 2 * N * K, o_l = o_z0 + N, all = o_l + 2 * N;
+  cl_mem vm = NULL;
+  float *h = malloc(all * sizeof *h);
+  relcl_status st = h ? RELCL_OK : relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (st == RELCL_OK) st = relcl__pool_get(d->ctx, all * sizeof(float), &vm);
   /* the same log-sum-exp as relcl__decoder_read: the loss kernel's NLL of token 0 + z_0 */
   if (st == RELCL_OK)
     st = relcl_xent_forward_backward(d->ctx, d->N, d->V, 0.0f, -1, Wk(d, d->logits),
-                                     Id(d, I_ZEROS), 1.0f, RELCL_BUF_NONE, Wk(d, d->losses));
-  if (st == RELCL_OK) st = relcl__pool_get(d->ctx, (N * K + N) * sizeof(float), &vm);
-  if (st == RELCL_OK) st = relcl__pool_get(d->ctx, N * K * sizeof(int32_t), &im);
+                                     Id(d, I_ZEROS), 1.0f, RELCL_BUF_NONE,
+                                     relcl_buf_at(vm, o_l));
   if (st == RELCL_OK)
     st = relcl__rows_topk(d->ctx, d->N, d->V, kk, Wk(d, d->logits), relcl_buf_at(vm, 0),
-                          relcl_buf_at(im, 0), relcl_buf_at(vm, N * K));
-  if (st == RELCL_OK) st = relcl_read(d->ctx, relcl_buf_at(vm, 0), val, N * K);
-  if (st == RELCL_OK) st = relcl_read(d->ctx, relcl_buf_at(im, 0), id, N * K);
-  if (st == RELCL_OK) st = relcl_read(d->ctx, relcl_buf_at(vm, N * K), l + 2 * N, N);
-  if (st == RELCL_OK) st = relcl_read(d->ctx, Wk(d, d->losses), l, 2 * N);
-  for (size_t r = 0; st == RELCL_OK && r < N; r++)
-    lse[r] = (double)l[2 * r + 1] + (double)l[2 * N + r];
+                          relcl_buf_at(vm, o_id), relcl_buf_at(vm, o_z0));
+  if (st == RELCL_OK) st = relcl__read(d->ctx, relcl_buf_at(vm, 0), h, all);
+  if (st == RELCL_OK) {
+    memcpy(val, h, N * K * sizeof *val);
+    memcpy(id, h + o_id, N * K * sizeof *id);
+    for (size_t r = 0; r < N; r++) lse[r] = (double)h[o_l + 2 * r + 1] + (double)h[o_z0 + r];
+  }
   if (vm) relcl__pool_put(d->ctx, vm);
-  if (im) relcl__pool_put(d->ctx, im);
-  free(l);
+  free(h);
   return st;
 }
 
