@@ -302,7 +302,11 @@ typedef struct relcl_beam_result relcl_beam_result;
  * have finished, or at its maximum length (its live hypotheses are then returned unfinished);
  * the search stops when every sentence has. Deterministic: equal scores go to the lower row,
  * then the lower token id, so beam_size 1 gives exactly relcl_model_greedy's output.
- * *out receives the n-best lists; free it with relcl_beam_result_destroy. */
+ * *out receives the n-best lists; free it with relcl_beam_result_destroy. On a CPU device
+ * this call (and relcl_model_greedy) also holds, until it returns, a copy of the decoder's
+ * weights in the layout its products read (up to the decoder's parameters and the output
+ * embedding again, at most 512 MB), made once instead of at every step: the model's
+ * parameters must not change while it runs. */
 relcl_status relcl_model_beam_search(relcl_model *model, const relcl_model_batch *src,
                                      const relcl_beam_opts *opts, relcl_beam_result **out);
 void relcl_beam_result_destroy(relcl_beam_result *res);
