@@ -236,16 +236,6 @@ static void check_cached(relcl_context *ctx, const char *name, relcl_model_confi
 
 /* Make EOS likely at some steps and not others: its output embedding scaled up, so its
  * logit varies widely with the decoder state (an untrained model almost never ends). */
-static void boost_eos(relcl_model *m, float factor) {
-  size_t n = relcl_model_param_count(m);
-  float *p = tu_alloc_host(n);
-  TU_OK(relcl_model_arena_read(m, RELCL_ARENA_PARAMS, p));
-  const size_t D = (size_t)m->cfg.d_model;
-  for (size_t j = 0; j < D; j++) p[m->emb + (size_t)RELCL_EOS_ID * D + j] *= factor;
-  TU_OK(relcl_model_arena_write(m, RELCL_ARENA_PARAMS, p));
-  free(p);
-}
-
 /* n parameters from offset off (floats) times factor */
 static void scale_params(relcl_model *m, size_t off, size_t n, float factor) {
   float *p = tu_alloc_host(relcl_model_param_count(m));
@@ -253,6 +243,11 @@ static void scale_params(relcl_model *m, size_t off, size_t n, float factor) {
   for (size_t j = 0; j < n; j++) p[off + j] *= factor;
   TU_OK(relcl_model_arena_write(m, RELCL_ARENA_PARAMS, p));
   free(p);
+}
+
+static void boost_eos(relcl_model *m, float factor) { /* EOS's row of the embedding */
+  const size_t D = (size_t)m->cfg.d_model;
+  scale_params(m, m->emb + (size_t)RELCL_EOS_ID * D, D, factor);
 }
 
 static int same_ids(const int32_t *a, int na, const int32_t *b, int nb) {

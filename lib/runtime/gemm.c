@@ -187,11 +187,18 @@ static relcl_status column_sums(relcl_context *ctx, relcl_buf x, size_t rows, si
 #define RELCL_CPU_PACK_K RELCL_CPU_NARROW_K
 #define RELCL_CPU_PACK_REUSE 256
 
-/* panels()'s copy into out (np k w floats), kern its gemm_pack where not trans */
+/* The floats of op(B)'s panels (k x n in panels of w = 2 W columns), or 0 where a transposed
+ * B cannot go into them (w not a multiple of the transpose's block side) */
+static size_t panels_floats(const relcl_context *ctx, bool trans, size_t k, size_t n) {
+  const size_t w = 2 * (size_t)ctx->cpu_vec;
+  return trans && w % (ctx->row_item ? 16 : 8) != 0 ? 0 : (n + w - 1) / w * k * w;
+}
+
+/* panels()'s copy into out (panels_floats), kern its gemm_pack where not trans */
 static relcl_status panels_into(relcl_context *ctx, bool trans, relcl__kernel_entry *kern,
                                 relcl_buf b, size_t ldb, size_t k, size_t n, cl_mem out,
                                 size_t *panel) {
-  const size_t w = 2 * (size_t)ctx->cpu_vec, np = (n + w - 1) / w;
+  const size_t w = 2 * (size_t)ctx->cpu_vec;
   *panel = k * w;
   if (trans) /* B's rows are op(B)'s columns */
     return transpose_run(ctx, b, n, k, ldb, relcl_buf_at(out, 0), w, w, k * w,
@@ -203,7 +210,7 @@ static relcl_status panels_into(relcl_context *ctx, bool trans, relcl__kernel_en
   RELCL__ARG(&args, kk);
   RELCL__ARG(&args, nn);
   relcl__buf_arg(&args, relcl_buf_at(out, 0), NULL);
-  size_t global[2] = {np, (k + 15) / 16}, local[2] = {1, 1};
+  size_t global[2] = {(n + w - 1) / w, (k + 15) / 16}, local[2] = {1, 1};
   return relcl__enqueue(ctx, kern, &args, 2, global, local, NULL);
 }
 
@@ -213,12 +220,12 @@ static relcl_status panels_into(relcl_context *ctx, bool trans, relcl__kernel_en
  * trans, w is not a multiple of the transpose's block side. */
 static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf b, size_t ldb, size_t k,
                            size_t n, cl_mem *out, size_t *panel) {
-  const size_t w = 2 * (size_t)ctx->cpu_vec, np = (n + w - 1) / w;
+  const size_t floats = panels_floats(ctx, trans, k, n);
   *out = NULL;
-  if (trans && w % (ctx->row_item ? 16 : 8) != 0) return RELCL_OK;
+  if (floats == 0) return RELCL_OK;
   relcl__kernel_entry *kern = NULL;
   relcl_status st = trans ? RELCL_OK : relcl__kernel(ctx, "gemm", "gemm_pack", &kern);
-  if (st == RELCL_OK) st = relcl__pool_get(ctx, np * k * w * sizeof(float), out);
+  if (st == RELCL_OK) st = relcl__pool_get(ctx, floats * sizeof(float), out);
   if (st != RELCL_OK) return st;
   return panels_into(ctx, trans, kern, b, ldb, k, n, *out, panel);
 }
@@ -247,15 +254,14 @@ void relcl__panels_keep(relcl_context *ctx, cl_mem mem) {
 static relcl_status kept_panels(relcl_context *ctx, relcl_buf b, size_t ldb, size_t k,
                                 size_t n, cl_mem *out, size_t *panel) {
   relcl__kept *kp = &ctx->kept;
-  const size_t w = 2 * (size_t)ctx->cpu_vec, bytes = (n + w - 1) / w * k * w * sizeof(float);
+  const size_t bytes = panels_floats(ctx, true, k, n) * sizeof(float);
   *out = NULL;
-  if (kp->src == NULL || b.mem != kp->src || w % (ctx->row_item ? 16 : 8) != 0)
-    return RELCL_OK;
+  if (kp->src == NULL || b.mem != kp->src || bytes == 0) return RELCL_OK;
   for (int i = 0; i < kp->n; i++) {
     const relcl__kept_panel *e = &kp->e[i];
     if (e->offset == b.offset && e->ldb == ldb && e->k == k && e->n == n) {
       *out = e->panels;
-      *panel = k * w;
+      *panel = k * 2 * (size_t)ctx->cpu_vec;
       return RELCL_OK;
     }
   }
