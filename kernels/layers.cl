@@ -313,14 +313,73 @@ __kernel void colsum_partial(__global const float *x, uint x_off, int ld,
   }
 }
 
-/* y (cols) = or += sum over the chunks of part (chunks, cols) from p_off: global cols. */
+/* y (cols) = or += sum over the chunks of part (chunks, cols) from p_off; with outs 2, also
+ * y2 from the next (chunks, cols) of part (a layer norm's gain and bias, two tables): global
+ * outs cols. */
 __kernel void colsum_finish(__global const float *part, uint p_off, __global float *y,
-                            uint y_off, int chunks, int cols, int flags) {
-  const int c = get_global_id(0);
-  if (c >= cols) return;
+                            uint y_off, __global float *y2, uint y2_off, int chunks, int cols,
+                            int outs, int flags) {
+  const int g = get_global_id(0), second = g >= cols, c = second ? g - cols : g;
+  if (g >= outs * cols) return;
+  __global const float *p = part + p_off + (second ? (size_t)chunks * cols : 0u);
+  __global float *o = second ? y2 + y2_off : y + y_off;
   float s = 0.0f;
-  for (int ch = 0; ch < chunks; ch++) s += part[p_off + (size_t)ch * cols + c];
-  y[y_off + c] = (flags & RELCL_ACCUMULATE) ? y[y_off + c] + s : s;
+  for (int ch = 0; ch < chunks; ch++) s += p[(size_t)ch * cols + c];
+  o[c] = (flags & RELCL_ACCUMULATE) ? o[c] + s : s;
+}
+
+#ifdef RELCL_ROW_ITEM
+/* colsum_rows' sums of nv vectors of columns from c (as colsum_vectors) */
+inline void colsum_rows_vectors(__global const float *x, int ld, __global float *y, int rows,
+                                int chunk, int c, const int nv, int flags) {
+  RELCL_COL_VECTOR t[RELCL_COL_RUNS];
+  for (int v = 0; v < RELCL_COL_RUNS; v++) t[v] = 0.0f;
+  for (int r0 = 0; r0 < rows; r0 += chunk) {
+    RELCL_COL_VECTOR s[RELCL_COL_RUNS];
+    for (int v = 0; v < RELCL_COL_RUNS; v++) s[v] = 0.0f;
+    for (int r = r0; r < min(rows, r0 + chunk); r++)
+      _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++) if (v < nv)
+        s[v] += RELCL_COL_VLOAD(v, x + (size_t)r * ld + c);
+    _Pragma("unroll") for (int v = 0; v < RELCL_COL_RUNS; v++) t[v] += s[v];
+  }
+  for (int v = 0; v < nv; v++)
+    RELCL_COL_VSTORE((flags & RELCL_ACCUMULATE) ? RELCL_COL_VLOAD(v, y + c) + t[v] : t[v], v,
+                     y + c);
+}
+#endif
+
+/* y (cols) = or += the column sums of x (rows x cols, rows ld apart) in one launch: each
+ * work-item sums its columns over each chunk of `chunk` rows, then adds the chunks' sums in
+ * order, the arithmetic of colsum_partial and colsum_finish (the same bits), for a small x
+ * on a CPU (lib/ops/layers.c relcl__colsum says where). Global as colsum_partial's first
+ * dimension, local 1. */
+__kernel void colsum_rows(__global const float *x, uint x_off, int ld, __global float *y,
+                          uint y_off, int rows, int cols, int chunk, int flags) {
+  const int c0 = RELCL_COL_FIRST();
+  if (c0 >= cols) return;
+  x += x_off;
+  y += y_off;
+#ifdef RELCL_ROW_ITEM
+  if (c0 + COL_SPAN <= cols) {
+    colsum_rows_vectors(x, ld, y, rows, chunk, c0, RELCL_COL_RUNS, flags);
+    return;
+  }
+  int cv = c0;
+  for (; cv + RELCL_COL_VEC <= cols; cv += RELCL_COL_VEC)
+    colsum_rows_vectors(x, ld, y, rows, chunk, cv, 1, flags);
+  for (int c = cv; c < cols; c++) {
+#else
+  {
+    const int c = c0;
+#endif
+    float t = 0.0f;
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+      float s = 0.0f;
+      for (int r = r0; r < min(rows, r0 + chunk); r++) s += x[(size_t)r * ld + c];
+      t += s;
+    }
+    y[c] = (flags & RELCL_ACCUMULATE) ? y[c] + t : t;
+  }
 }
 
 /* ---- embedding: global (d, n) and (d, n_tokens) ---- */

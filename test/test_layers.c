@@ -156,6 +156,8 @@ static const layer_case cases[] = {
     {OP_COLSUM, "colsum rows=200 ld+3", 200, 2, 0, 0, 3},
     /* the item shape's span of 32 columns whole, then two vectors and two columns */
     {OP_COLSUM, "colsum rows=70 cols=50 ld+1", 70, 50, 0, 0, 1},
+    /* past layers.c's COLSUM_ONE_PASS floats: two launches on a CPU too */
+    {OP_COLSUM, "colsum rows=2100 cols=500", 2100, 500, 0, 0, 64},
     /* sum of squares: a n */
     {OP_SUMSQ, "sumsq n=1", 1, 0, 0, 0, 0},
     {OP_SUMSQ, "sumsq n=255", 255, 0, 0, 0, 0},
@@ -1181,7 +1183,22 @@ static void check_colsum(relcl_context *ctx, const layer_case *c) {
   tu_check(e < 2e-5, "%-28s rel err %.2e", c->name, e);
   tu_check(same_bits(res[0], res[1], (size_t)cols), "%-28s bitwise identical on a second run",
            c->name);
-  free(res[0]), free(res[1]), free(x), free(y);
+  /* the order every shape and path sums in (lib/ops/layers.c: chunks of 64 rows, each in row
+   * order, then the chunks in order, then the accumulation), in float: the same bits whether
+   * one launch (colsum_rows, CPUs) or two (colsum_partial, colsum_finish) sum them */
+  float *order = tu_alloc_host((size_t)cols);
+  for (int j = 0; j < cols; j++) {
+    float t = 0.0f;
+    for (int r0 = 0; r0 < rows; r0 += 64) {
+      float s = 0.0f;
+      for (int r = r0; r < rows && r < r0 + 64; r++) s += x[(size_t)r * ld + j];
+      t += s;
+    }
+    order[j] = acc ? 1.0f + t : t;
+  }
+  tu_check(same_bits(res[0], order, (size_t)cols), "%-28s the bits of 64-row chunks in order",
+           c->name);
+  free(order), free(res[0]), free(res[1]), free(x), free(y);
 }
 
 static void check_sumsq(relcl_context *ctx, const layer_case *c) {

@@ -359,7 +359,8 @@ static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_b
   if (st == RELCL_OK)
     st = gemm ? table_chunks_gemm(ctx, p, L, X, part, chunk, p->rows / chunk, p->rows % chunk)
               : table_chunks_kernel(ctx, p, L, X, part, chunk, chunks);
-  if (st == RELCL_OK) st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)cols, dst, 1);
+  if (st == RELCL_OK)
+    st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)cols, dst, RELCL_BUF_NONE, 1);
   relcl__pool_put(ctx, part);
   return st;
 }
@@ -368,9 +369,8 @@ static relcl_status shared_table_grad(relcl_context *ctx, const plan *p, relcl_b
  * may be absent: dW.mem NULL), over all rows, on CPUs with the item shape (relcl__row_item and
  * relcl__own_products): the chunks shared_table_grad's GEMMs run, in one launch of
  * kernels/gemm.cl's table_grads_cpu for both tables, each chunk's sum that of gemm_cpu_batch,
- * then each table's colsum_finish over its chunks: the bits of shared_table_grad for each
- * table, in three launches instead of four to six. Model-207 Xeon (with one finish launch for
- * both tables then, which a second one now replaces),
+ * then colsum_finish over each table's chunks, both tables in one launch: the bits of
+ * shared_table_grad for each table, in two launches instead of four to six. Model-207 Xeon,
  * attention forward and backward alone, this and the separate launches in two builds
  * alternated in one process (medians of 30, every output the same bits): relcl-bench's
  * default shape (16 x 4 heads, 32 positions, d 32, k 8) 1.019 and 1.026 times as fast, causal
@@ -413,10 +413,13 @@ static relcl_status shared_table_grads(relcl_context *ctx, const plan *p, relcl_
     st = relcl__launch_product(ctx, kp, &a, 2, global, local, (size_t)R, p->d,
                                tables * p->rows);
   }
-  /* each table's sum over its chunks, in order */
-  for (cl_uint t = 0; t < tables && st == RELCL_OK; t++)
-    st = relcl__colsum_finish(ctx, part, t * chunks * cols, (int)chunks, (int)cols,
-                              relcl_buf_at(y[t].mem, y[t].offset + win), 1);
+  /* each table's sum over its chunks, in order, both in one launch */
+  if (st == RELCL_OK)
+    st = relcl__colsum_finish(ctx, part, 0, (int)chunks, (int)cols,
+                              relcl_buf_at(y[0].mem, y[0].offset + win),
+                              tables == 2 ? relcl_buf_at(y[1].mem, y[1].offset + win)
+                                          : RELCL_BUF_NONE,
+                              1);
   relcl__pool_put(ctx, part);
   return st;
 }

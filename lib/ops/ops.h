@@ -104,9 +104,10 @@ relcl_status relcl__vec_axpby(relcl_context *ctx, size_t n, float alpha, relcl_b
 relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
                            relcl_buf y, int accumulate);
 /* y (cols) = or += the sum over chunks of part (chunks, cols) from element p_off, in order
- * (the second pass of a column sum). */
+ * (the second pass of a column sum); with y2.mem, in the same launch, y2 likewise from the
+ * next (chunks, cols) of part. */
 relcl_status relcl__colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off, int chunks,
-                                  int cols, relcl_buf y, int accumulate);
+                                  int cols, relcl_buf y, relcl_buf y2, int accumulate);
 relcl_status relcl__sumsq(relcl_context *ctx, size_t n, relcl_buf x, relcl_buf out);
 relcl_status relcl__xent_forward_backward(relcl_context *ctx, int rows, int V, float eps,
                                           int ignore_id, relcl_buf logits, relcl_buf targets,
