@@ -849,6 +849,26 @@ relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, 
 
 /* ---- reductions ---- */
 
+/* colsum_rows: y = or += the column sums of x in one launch, a work-group a work-item (PoCL
+ * runs a work-group on one core) */
+static relcl_status colsum_one_pass(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
+                                    relcl_buf y, int accumulate) {
+  relcl__kernel_entry *k;
+  relcl_status st = relcl__kernel(ctx, "layers", "colsum_rows", &k);
+  if (st != RELCL_OK) return st;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  const int chunk = COLSUM_CHUNK, flags = accumulate ? RELCL_ACCUMULATE : 0;
+  relcl__buf_arg(&a, x, NULL);
+  RELCL__ARG(&a, ld);
+  relcl__buf_arg(&a, y, NULL);
+  RELCL__ARG(&a, rows);
+  RELCL__ARG(&a, cols);
+  RELCL__ARG(&a, chunk);
+  RELCL__ARG(&a, flags);
+  size_t global = ((size_t)cols + COL_SPAN_HOST - 1) / COL_SPAN_HOST, local = 1;
+  return relcl__launch(ctx, k, &a, 1, &global, &local);
+}
+
 /* On CPUs (the item shape), for an x of at most COLSUM_ONE_PASS floats, in one launch of
  * colsum_rows, a work-item a strip of columns down all the rows; else colsum_partial over
  * chunks of rows, then colsum_finish. The same bits either way. A strip's walk down the rows
@@ -860,25 +880,12 @@ relcl_status relcl_heads_merge(relcl_context *ctx, int batch, int n, int heads, 
  * 0.23-0.34. */
 relcl_status relcl__colsum(relcl_context *ctx, int rows, int cols, relcl_buf x, int ld,
                            relcl_buf y, int accumulate) {
+  if (relcl__row_item(ctx) && (size_t)rows * (size_t)cols <= COLSUM_ONE_PASS)
+    return colsum_one_pass(ctx, rows, cols, x, ld, y, accumulate);
   relcl_status st = RELCL_OK;
   const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
   cl_mem part = NULL;
   relcl__kernel_entry *k;
-  if (relcl__row_item(ctx) && (size_t)rows * (size_t)cols <= COLSUM_ONE_PASS) {
-    if ((st = relcl__kernel(ctx, "layers", "colsum_rows", &k)) != RELCL_OK) return st;
-    relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    const int flags = accumulate ? RELCL_ACCUMULATE : 0;
-    relcl__buf_arg(&a, x, NULL);
-    RELCL__ARG(&a, ld);
-    relcl__buf_arg(&a, y, NULL);
-    RELCL__ARG(&a, rows);
-    RELCL__ARG(&a, cols);
-    RELCL__ARG(&a, chunk);
-    RELCL__ARG(&a, flags);
-    /* a work-group a work-item: both cores busy (PoCL runs a work-group on one) */
-    size_t global = ((size_t)cols + COL_SPAN_HOST - 1) / COL_SPAN_HOST, local = 1;
-    return relcl__launch(ctx, k, &a, 1, &global, &local);
-  }
   if ((st = relcl__kernel(ctx, "layers", "colsum_partial", &k)) != RELCL_OK) goto done;
   if ((st = relcl__pool_get(ctx, (size_t)chunks * (size_t)cols * 4, &part)) != RELCL_OK)
     goto done;
