@@ -90,16 +90,33 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
   }
 }
 
+/* Keep bit e (dropout_apply's keep bits, below) as 0 or 1 */
+inline uint keep_bit(__global const uint *keep, uint e) { return (keep[e >> 5] >> (e & 31u)) & 1u; }
+
+/* Keep bits e .. e+7 as masks (-1 kept, 0 dropped): one word's shift where they share it */
+inline int8 keep_bits8(__global const uint *keep, uint e) {
+  const uint sh = e & 31u;
+  if (sh <= 24u)
+    return -as_int8(((uint8)(keep[e >> 5]) >> ((uint8)(sh) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7))) &
+                    (uint8)(1u));
+  int t[8];
+  for (uint l = 0; l < 8u; l++) t[l] = -(int)keep_bit(keep, e + l);
+  return vload8(0, t);
+}
+
 /* One row of layer norm's backward, one work-item over the whole row (the item shape's
  * ln_bwd, and ln_bwd_params in both shapes): dx (= or += with RELCL_ACCUMULATE) from dy, x,
  * the row's mean and rstd, in whole vectors and then the tail (only the tail without
  * RELCL_ROW_ITEM); with pg (not NULL) also the row's dy * xhat and dy added to pg and pb, each
- * column its own sum, as ln_param_partial adds them. dy is read before dx is written: dx may
- * be dy. */
+ * column its own sum, as ln_param_partial adds them; with dar (not NULL) also dropout's
+ * backward of the dx it writes into dar, the row's elements being keep bits e0 .. e0 + d - 1,
+ * as dropout_apply computes it from dx with RELCL_KEEP_LOAD (the same bits). dy is read
+ * before dx is written: dx may be dy. */
 __attribute__((always_inline)) inline void
 ln_bwd_row(__global const float *xr, __global const float *gain, __global const float *dyr,
            __global float *dxr, float mu, float rs, int d, int flags, __global float *pg,
-           __global float *pb) {
+           __global float *pb, __global float *dar, __global const uint *keep, uint e0,
+           float ds) {
 #ifdef RELCL_ROW_ITEM
   const int vend = d - d % RELCL_COL_VEC;
   RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
@@ -136,12 +153,21 @@ ln_bwd_row(__global const float *xr, __global const float *gain, __global const 
     RELCL_COL_VECTOR v = rs * (g - s1 - ((RELCL_COL_VLOAD(0, xr + c) - mu) * rs) * s2);
     if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
     RELCL_COL_VSTORE(v, 0, dxr + c);
+#if RELCL_COL_VEC == 8
+    if (dar) vstore8(select((float8)(0.0f), v * ds, keep_bits8(keep, e0 + (uint)c)), 0, dar + c);
+#else
+    if (dar)
+      for (int l = 0; l < RELCL_COL_VEC; l++)
+        dar[c + l] = keep_bit(keep, e0 + (uint)(c + l)) ? dxr[c + l] * ds : 0.0f;
+#endif
   }
 #endif
   for (int c = vend; c < d; c++) {
     const float g = dyr[c] * gain[c];
     const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
-    dxr[c] = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
+    const float o = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
+    dxr[c] = o;
+    if (dar) dar[c] = keep_bit(keep, e0 + (uint)c) ? o * ds : 0.0f;
   }
 }
 
@@ -157,7 +183,7 @@ __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *
   __global float *dxr = dx + dx_off + (size_t)row * d;
   const float mu = mean[m_off + row], rs = rstd[r_off + row];
 #ifdef RELCL_ROW_ITEM
-  ln_bwd_row(xr, gain + g_off, dyr, dxr, mu, rs, d, flags, 0, 0);
+  ln_bwd_row(xr, gain + g_off, dyr, dxr, mu, rs, d, flags, 0, 0, 0, 0, 0u, 0.0f);
 #else
   const int lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   float s1 = 0.0f, s2 = 0.0f;
@@ -268,22 +294,27 @@ __kernel void ln_param_partial(__global const float *x, uint x_off, __global con
  * rows, global (chunks): each row through ln_bwd_row, its dy * xhat and dy added to the
  * chunk's sums in part (2, chunks, d), so both give the bits of the two kernels in the item
  * shape (CPUs, where layers.c runs it; the group shape builds the scalar form). The sums go
- * through part itself, which stays in L1 (2 d floats). */
+ * through part itself, which stays in L1 (2 d floats). With RELCL_DROP_DX also dropout's
+ * backward of dx into da, by the keep bits from keep_off (a post-norm block's backward:
+ * lib/model/model_graph.c), where it took a pass over dx of its own. */
 __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const float *gain,
                             uint g_off, __global const float *mean, uint m_off,
                             __global const float *rstd, uint r_off, __global const float *dy,
                             uint dy_off, __global float *dx, uint dx_off,
                             __global float *part, int rows, int d, int chunk, int chunks,
-                            int flags) {
+                            int flags, __global float *da, uint da_off,
+                            __global const uint *keep, uint keep_off, float drop_scale) {
   const int ch = get_global_id(0);
   if (ch >= chunks) return;
   const int r0 = ch * chunk, r1 = min(rows, r0 + chunk);
   __global float *pg = part + (size_t)ch * d, *pb = part + ((size_t)chunks + ch) * d;
+  const bool drop = (flags & RELCL_DROP_DX) != 0;
   for (int c = 0; c < d; c++) pg[c] = pb[c] = 0.0f;
   for (int row = r0; row < r1; row++)
     ln_bwd_row(x + x_off + (size_t)row * d, gain + g_off, dy + dy_off + (size_t)row * d,
                dx + dx_off + (size_t)row * d, mean[m_off + row], rstd[r_off + row], d, flags,
-               pg, pb);
+               pg, pb, drop ? da + da_off + (size_t)row * d : 0, keep + keep_off,
+               (uint)row * (uint)d, drop_scale);
 }
 
 /* ---- column sums: chunks of rows, then the chunks, both in order ---- */

@@ -363,6 +363,58 @@ static void check_layernorm_add(relcl_context *ctx, const layer_case *c, const f
   free(a), free(xb);
 }
 
+/* Layer norm's backward and dropout's backward of its dx (a post-norm block's backward,
+ * lib/model/model_graph.c), in one pass where relcl__layernorm_dropout_backward runs them so
+ * (CPUs, the item shape: ln_bwd_params and colsum_finish, two commands), against the two
+ * calls apart, bit for bit (dx, the dropped dx, the parameters' gradients) */
+static void check_layernorm_dropout(relcl_context *ctx, const layer_case *c, const float *x,
+                                    const float *g, const float *dy) {
+  const int rows = c->a, d = c->b;
+  const size_t n = (size_t)rows * d, words = (n + 31) / 32;
+  const float p = 0.3f;
+  cl_mem X = tu_upload(ctx, x, n), Gm = tu_upload(ctx, g, (size_t)d), Bm = dev_zeros(ctx, d),
+         Y = dev_zeros(ctx, n), M = dev_zeros(ctx, (size_t)rows), R = dev_zeros(ctx, rows),
+         DY = tu_upload(ctx, dy, n), KEEP = dev_zeros(ctx, words), DX[2], DA[2], DG[2], DB[2];
+  TU_OK(relcl__layernorm_forward(ctx, rows, d, c->f, B0(X), B0(Gm), B0(Bm), B0(Y), B0(M),
+                                 B0(R)));
+  /* the keep bits of a forward's dropout of n elements (Y's values do not matter) */
+  TU_OK(relcl__dropout_forward(ctx, n, p, 5, 9, B0(X), RELCL_BUF_NONE, B0(Y), B0(KEEP)));
+  for (int i = 0; i < 2; i++) {
+    DX[i] = dev_zeros(ctx, n), DA[i] = dev_zeros(ctx, n);
+    DG[i] = dev_zeros(ctx, (size_t)d), DB[i] = dev_zeros(ctx, (size_t)d);
+    TU_OK(relcl_fill(ctx, B0(DG[i]), 1.0f, (size_t)d));
+    TU_OK(relcl_fill(ctx, B0(DB[i]), 1.0f, (size_t)d));
+  }
+  TU_OK(relcl__layernorm_backward(ctx, rows, d, B0(X), B0(Gm), B0(M), B0(R), B0(DY), B0(DX[0]),
+                                  0, B0(DG[0]), B0(DB[0])));
+  TU_OK(relcl__dropout_backward(ctx, n, p, 5, 9, B0(DX[0]), B0(DA[0]), 0, B0(KEEP)));
+  TU_OK(relcl_finish(ctx));
+  TU_OK(relcl_profile_enable(ctx, 1));
+  TU_OK(relcl_profile_reset(ctx));
+  TU_OK(relcl__layernorm_dropout_backward(ctx, rows, d, B0(X), B0(Gm), B0(M), B0(R), B0(DY),
+                                          B0(DX[1]), B0(DG[1]), B0(DB[1]), p, 5, 9, B0(KEEP),
+                                          B0(DA[1])));
+  TU_OK(relcl_finish(ctx));
+  relcl_profile_summary sum;
+  TU_OK(relcl_profile_summary_get(ctx, &sum));
+  TU_OK(relcl_profile_enable(ctx, 0));
+  if (relcl__row_item(ctx))
+    tu_check(sum.commands == 2, "%-28s ln + dropout backward: %ld commands (2: one pass)",
+             c->name, sum.commands);
+  const size_t len[4] = {n, n, (size_t)d, (size_t)d};
+  cl_mem *bufs[4] = {DX, DA, DG, DB};
+  int same = 1;
+  for (int k = 0; k < 4; k++) {
+    float *u = tu_download(ctx, bufs[k][0], len[k]), *v = tu_download(ctx, bufs[k][1], len[k]);
+    same &= same_bits(u, v, len[k]);
+    free(u), free(v);
+  }
+  tu_check(same, "%-28s ln + dropout backward at once: the bits of the two apart", c->name);
+  for (int i = 0; i < 2; i++) release(DX[i]), release(DA[i]), release(DG[i]), release(DB[i]);
+  cl_mem all[] = {X, Gm, Bm, Y, M, R, DY, KEEP};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+}
+
 static void check_layernorm(relcl_context *ctx, const layer_case *c) {
   const int rows = c->a, d = c->b, acc = c->flag & 1;
   const size_t n = (size_t)rows * d;
@@ -424,6 +476,7 @@ static void check_layernorm(relcl_context *ctx, const layer_case *c) {
   for (int r = 0; r < 2; r++)
     for (int i = 0; i < 5; i++) free(out[r][i]);
   check_layernorm_add(ctx, c, x, g, b);
+  check_layernorm_dropout(ctx, c, x, g, dy);
   free(x), free(g), free(b), free(dy), free(dx0), free(y), free(mean), free(rstd), free(dx);
   free(dg), free(db);
 }

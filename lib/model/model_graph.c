@@ -470,9 +470,9 @@ static relcl_status block_bwd(const pass *p, const block_desc *bd, const relcl__
     return relcl__layernorm_backward(p->ctx, N, D, A(p, ba->x_in), P(p, ln->g), A(p, ba->mean),
                                     A(p, ba->rstd), *t, *g, 1, G(p, ln->g), G(p, ln->b));
   }
-  TRY(relcl__layernorm_backward(p->ctx, N, D, A(p, ba->ln_x), P(p, ln->g), A(p, ba->mean),
-                               A(p, ba->rstd), *g, *t, 0, G(p, ln->g), G(p, ln->b)));
-  TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *t, da, 0, A(p, ba->keep)));
+  TRY(relcl__layernorm_dropout_backward(p->ctx, N, D, A(p, ba->ln_x), P(p, ln->g),
+                                       A(p, ba->mean), A(p, ba->rstd), *g, *t, G(p, ln->g),
+                                       G(p, ln->b), p->p, p->seed, stream, A(p, ba->keep), da));
   TRY(sub_bwd(p, bd, ba, A(p, ba->x_in), *t, 1));
   relcl_buf s = *g;
   *g = *t;

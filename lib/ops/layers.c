@@ -174,15 +174,24 @@ relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float 
   return relcl__layernorm_forward(ctx, rows, d, eps, x, gain, bias, y, mean, rstd);
 }
 
-relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
-                                       relcl_buf gain, relcl_buf mean, relcl_buf rstd,
-                                       relcl_buf dy, relcl_buf dx, int accumulate,
-                                       relcl_buf dgain, relcl_buf dbias) {
+/* Dropout's backward of layer norm's dx in ln_bwd_params' pass (relcl__layernorm_dropout_
+ * backward): scale for the kept elements, their keep bits, the result */
+typedef struct {
+  float scale;
+  relcl_buf keep, da;
+} ln_drop;
+
+/* relcl__layernorm_backward, with drop (not NULL; on CPUs, with dgain or dbias) dropout's
+ * backward of dx as well */
+static relcl_status ln_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
+                                relcl_buf gain, relcl_buf mean, relcl_buf rstd, relcl_buf dy,
+                                relcl_buf dx, int accumulate, relcl_buf dgain, relcl_buf dbias,
+                                const ln_drop *drop) {
   relcl_status st = RELCL_OK;
   cl_mem part = NULL;
   relcl__kernel_entry *k;
   const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
-  const int flags = accumulate ? RELCL_ACCUMULATE : 0;
+  const int flags = (accumulate ? RELCL_ACCUMULATE : 0) | (drop ? RELCL_DROP_DX : 0);
   const size_t bias_part = (size_t)chunks * (size_t)d;
   /* the parameters' sums over chunks of rows into part, added up by colsum_finish below: on
    * CPUs in dx's own pass (layers.cl ln_bwd_params: the bits of ln_param_partial and ln_bwd,
@@ -205,6 +214,10 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
     RELCL__ARG(&a, chunk);
     RELCL__ARG(&a, chunks);
     RELCL__ARG(&a, flags);
+    relcl__buf_arg(&a, drop ? drop->da : RELCL_BUF_NONE, dx.mem);
+    relcl__buf_arg(&a, drop ? drop->keep : RELCL_BUF_NONE, dx.mem);
+    const float scale = drop ? drop->scale : 0.0f;
+    RELCL__ARG(&a, scale);
     size_t global = (size_t)chunks, local = 1; /* a work-group a chunk: both cores busy */
     if ((st = relcl__launch(ctx, k, &a, 1, &global, &local)) != RELCL_OK) goto done;
   } else {
@@ -241,6 +254,34 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
 done:
   relcl__pool_put(ctx, part);
   return st;
+}
+
+relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
+                                       relcl_buf gain, relcl_buf mean, relcl_buf rstd,
+                                       relcl_buf dy, relcl_buf dx, int accumulate,
+                                       relcl_buf dgain, relcl_buf dbias) {
+  return ln_backward(ctx, rows, d, x, gain, mean, rstd, dy, dx, accumulate, dgain, dbias, NULL);
+}
+
+relcl_status relcl__layernorm_dropout_backward(relcl_context *ctx, int rows, int d,
+                                               relcl_buf x, relcl_buf gain, relcl_buf mean,
+                                               relcl_buf rstd, relcl_buf dy, relcl_buf dx,
+                                               relcl_buf dgain, relcl_buf dbias, float p,
+                                               uint64_t seed, uint64_t stream, relcl_buf keep,
+                                               relcl_buf da) {
+  /* in ln_bwd_params' pass where it runs and the forward kept its bits (dropout_launch's
+   * condition for reading them) */
+  if ((dgain.mem || dbias.mem) && relcl__row_item(ctx) && p > 0.0f && keep.mem) {
+    cl_uint v[6];
+    ln_drop drop = {0.0f, keep, da};
+    drop_params(p, seed, stream, v, &drop.scale);
+    return ln_backward(ctx, rows, d, x, gain, mean, rstd, dy, dx, 0, dgain, dbias, &drop);
+  }
+  relcl_status st =
+      ln_backward(ctx, rows, d, x, gain, mean, rstd, dy, dx, 0, dgain, dbias, NULL);
+  return st == RELCL_OK ? relcl__dropout_backward(ctx, (size_t)rows * (size_t)d, p, seed,
+                                                  stream, dx, da, 0, keep)
+                        : st;
 }
 
 relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
