@@ -12,19 +12,59 @@
 
 /* flags: RELCL_ACCUMULATE, _RESIDUAL, _DROP, _RELU (kernels/flags.h) */
 
+/* ---- dropout's keep bits ---- */
+
+/* Keep bits: element e's decision is bit e mod 32 of word e / 32, 1 kept, 0 dropped; in the
+ * item shape's masks (mk[b] lane l: element 8b + l of a run of 32), bit 8b + l of the run's
+ * word. keep_word packs a run's four masks, keep_masks unpacks them, both through a private
+ * array: Oclgrind's uninitialized-value checker crashes on a vector's lanes taken one by one
+ * (t.s0 | t.s1 ...). 32 shifts a run beside Philox's rounds cost nothing measurable. */
+inline uint keep_word(const int8 *mk) {
+  int e[32];
+  for (int b = 0; b < 4; b++) vstore8(mk[b], b, e);
+  uint w = 0u;
+  for (int i = 0; i < 32; i++) w |= (uint)(e[i] & 1) << i;
+  return w;
+}
+inline void keep_masks(int8 *mk, uint word) {
+  int e[32];
+  for (int i = 0; i < 32; i++) e[i] = -(int)((word >> i) & 1u);
+  for (int b = 0; b < 4; b++) mk[b] = vload8(b, e);
+}
+
+/* Keep bit e as 0 or 1 */
+inline uint keep_bit(__global const uint *keep, uint e) { return (keep[e >> 5] >> (e & 31u)) & 1u; }
+
+/* Keep bits e .. e+7 as masks (-1 kept, 0 dropped): one word's shift where they share it */
+inline int8 keep_bits8(__global const uint *keep, uint e) {
+  const uint sh = e & 31u;
+  if (sh <= 24u)
+    return -as_int8(((uint8)(keep[e >> 5]) >> ((uint8)(sh) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7))) &
+                    (uint8)(1u));
+  int t[8];
+  for (uint l = 0; l < 8u; l++) t[l] = -(int)keep_bit(keep, e + l);
+  return vload8(0, t);
+}
+
 /* ---- layer norm: a work-group or a work-item per row (common.cl) ---- */
 
-/* With add (not 0) the row normalized is res + (x + xb), xb a row of d (a linear layer's
+/* With add 1 the row normalized is res + (x + xb), xb a row of d (a linear layer's
  * bias), written to y first and normalized there: what dropout_apply without dropout
  * (relcl__bias_dropout_residual at p 0) and then layer norm compute, in one pass over the
- * row instead of two launches (the decoder's post-norm blocks, lib/model/decode.c). The
- * same float operations on the same values: the same bits. */
+ * row instead of two launches (the decoder's post-norm blocks, lib/model/decode.c). With add
+ * 2 (the item shape, d a multiple of 32) the row is res + dropout(x + xb), written to sx:
+ * what dropout_apply with dropout computes, its keep bits included (a post-norm block's
+ * forward in training, lib/model/model_graph.c: each row starts a word of them, and its
+ * elements' Philox calls are dropout_apply's). The same float operations on the same values:
+ * the same bits. */
 __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *gain,
                      uint g_off, __global const float *bias, uint b_off, __global float *y,
                      uint y_off, __global float *mean, uint m_off, __global float *rstd,
                      uint r_off, int rows, int d, float eps, int add,
                      __global const float *xb, uint xb_off, __global const float *res,
-                     uint res_off, __local float *red) {
+                     uint res_off, __global float *sx, uint sx_off, __global uint *keep,
+                     uint keep_off, uint threshold, float drop_scale, uint seed_lo,
+                     uint seed_hi, uint stream_lo, uint stream_hi, __local float *red) {
   const int row = RELCL_ROW_ID(), lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   if (RELCL_ROW_PAST(row, rows)) return;
   __global const float *xr = x + x_off + (size_t)row * d;
@@ -35,7 +75,27 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
   /* the item shape: whole vectors of the row, then its tail (common.cl) */
   const int vend = d - d % RELCL_COL_VEC;
   RELCL_COL_VECTOR s8 = 0.0f, v8 = 0.0f;
-  if (add) {
+  if (add == 2) {
+#if RELCL_COL_VEC != 8
+#error "ln_fwd's dropout mode sums in float8 lanes (RELCL_COL_VEC)"
+#endif
+    __global float *sr = sx + sx_off + (size_t)row * d;
+    const uint e0 = (uint)row * (uint)d; /* the row's first element, a multiple of 32 */
+    int8 mk[4];
+    for (int c = 0; c < d; c += 8) {
+      if (c % 32 == 0) {
+        relcl_keep_masks32(mk, (ulong)((e0 + (uint)c) / 4u), stream_lo, stream_hi, seed_lo,
+                           seed_hi, threshold);
+        keep[keep_off + (e0 + (uint)c) / 32u] = keep_word(mk);
+      }
+      const float8 u = select((float8)(0.0f), (vload8(0, xr + c) + vload8(0, xb + c)) *
+                                                  drop_scale, mk[(c / 8) % 4]);
+      const float8 t = vload8(0, rr + c) + u;
+      vstore8(t, 0, sr + c);
+      s8 += t;
+    }
+    xr = sr;
+  } else if (add) {
     for (int c = 0; c < vend; c += RELCL_COL_VEC) {
       const RELCL_COL_VECTOR t = RELCL_COL_VLOAD(0, rr + c) +
                                  (RELCL_COL_VLOAD(0, xr + c) + RELCL_COL_VLOAD(0, xb + c));
@@ -88,20 +148,6 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
     mean[m_off + row] = mu;
     rstd[r_off + row] = rs;
   }
-}
-
-/* Keep bit e (dropout_apply's keep bits, below) as 0 or 1 */
-inline uint keep_bit(__global const uint *keep, uint e) { return (keep[e >> 5] >> (e & 31u)) & 1u; }
-
-/* Keep bits e .. e+7 as masks (-1 kept, 0 dropped): one word's shift where they share it */
-inline int8 keep_bits8(__global const uint *keep, uint e) {
-  const uint sh = e & 31u;
-  if (sh <= 24u)
-    return -as_int8(((uint8)(keep[e >> 5]) >> ((uint8)(sh) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7))) &
-                    (uint8)(1u));
-  int t[8];
-  for (uint l = 0; l < 8u; l++) t[l] = -(int)keep_bit(keep, e + l);
-  return vload8(0, t);
 }
 
 /* One row of layer norm's backward, one work-item over the whole row (the item shape's
@@ -540,23 +586,6 @@ inline void drop_four(uint g, int k0, int k1, int k2, int k3, __global const flo
   }
 }
 
-/* Keep bits: element e's decision is bit e mod 32 of word e / 32, 1 kept, 0 dropped; in the
- * item shape's masks (mk[b] lane l: element 8b + l of a run of 32), bit 8b + l of the run's
- * word. keep_word packs a run's four masks, keep_masks unpacks them, both through a private
- * array: Oclgrind's uninitialized-value checker crashes on a vector's lanes taken one by one
- * (t.s0 | t.s1 ...). 32 shifts a run beside Philox's rounds cost nothing measurable. */
-inline uint keep_word(const int8 *mk) {
-  int e[32];
-  for (int b = 0; b < 4; b++) vstore8(mk[b], b, e);
-  uint w = 0u;
-  for (int i = 0; i < 32; i++) w |= (uint)(e[i] & 1) << i;
-  return w;
-}
-inline void keep_masks(int8 *mk, uint word) {
-  int e[32];
-  for (int i = 0; i < 32; i++) e[i] = -(int)((word >> i) & 1u);
-  for (int b = 0; b < 4; b++) mk[b] = vload8(b, e);
-}
 
 /* The item shape's eight elements i .. i+7 (bias columns c .. c+7) under the mask mk (-1
  * kept, 0 dropped) */

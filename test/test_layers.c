@@ -61,6 +61,7 @@ static const layer_case cases[] = {
     {OP_LAYERNORM, "ln d=13 rows=65", 65, 13, 0, 1e-5f, 0},
     {OP_LAYERNORM, "ln d=50 rows=70", 70, 50, 0, 1e-5f, 1},
     {OP_LAYERNORM, "ln d=128 rows=130", 130, 128, 0, 1e-5f, 1},
+    {OP_LAYERNORM, "ln d=96 rows=9", 9, 96, 0, 1e-5f, 0},
     {OP_LAYERNORM, "ln d=700 (> work-group)", 3, 700, 0, 1e-6f, 0},
     /* embedding: a n, b d, c vocab; flag 1 = heavy repeats, 2 = out-of-range ids too */
     {OP_EMBEDDING, "emb n=1", 1, 8, 11, 0, 0},
@@ -363,6 +364,57 @@ static void check_layernorm_add(relcl_context *ctx, const layer_case *c, const f
   free(a), free(xb);
 }
 
+/* A post-norm block's forward in training: res + dropout(x + xb) and its keep bits, then
+ * layer norm of it (relcl__bias_dropout_residual_layernorm), in one pass where it runs so
+ * (CPUs, d a multiple of 32: one command), against the two calls apart, bit for bit */
+static void check_layernorm_dropout_forward(relcl_context *ctx, const layer_case *c,
+                                            const float *res, const float *g, const float *b) {
+  const int rows = c->a, d = c->b;
+  const size_t n = (size_t)rows * d, words = (n + 31) / 32;
+  float *a = tu_alloc_host(n), *xb = tu_alloc_host((size_t)d);
+  tu_fill(a, n, 18);
+  tu_fill(xb, (size_t)d, 19);
+  cl_mem A = tu_upload(ctx, a, n), XB = tu_upload(ctx, xb, (size_t)d),
+         RES = tu_upload(ctx, res, n), Gm = tu_upload(ctx, g, (size_t)d),
+         Bm = tu_upload(ctx, b, (size_t)d), S[2], K[2], Y[2], M[2], R[2];
+  for (int i = 0; i < 2; i++)
+    S[i] = dev_zeros(ctx, n), K[i] = dev_zeros(ctx, words), Y[i] = dev_zeros(ctx, n),
+    M[i] = dev_zeros(ctx, (size_t)rows), R[i] = dev_zeros(ctx, (size_t)rows);
+  const float p = 0.3f;
+  TU_OK(relcl__bias_dropout_residual(ctx, rows, d, p, 3, 11, B0(A), B0(XB), B0(RES), B0(S[0]),
+                                     B0(K[0])));
+  TU_OK(relcl__layernorm_forward(ctx, rows, d, c->f, B0(S[0]), B0(Gm), B0(Bm), B0(Y[0]),
+                                 B0(M[0]), B0(R[0])));
+  TU_OK(relcl_finish(ctx));
+  TU_OK(relcl_profile_enable(ctx, 1));
+  TU_OK(relcl_profile_reset(ctx));
+  TU_OK(relcl__bias_dropout_residual_layernorm(ctx, rows, d, c->f, p, 3, 11, B0(A), B0(XB),
+                                               B0(RES), B0(S[1]), B0(K[1]), B0(Gm), B0(Bm),
+                                               B0(Y[1]), B0(M[1]), B0(R[1])));
+  TU_OK(relcl_finish(ctx));
+  relcl_profile_summary sum;
+  TU_OK(relcl_profile_summary_get(ctx, &sum));
+  TU_OK(relcl_profile_enable(ctx, 0));
+  if (relcl__row_item(ctx) && d % 32 == 0)
+    tu_check(sum.commands == 1, "%-28s bias + dropout + residual + ln: %ld commands (1)",
+             c->name, sum.commands);
+  const size_t len[5] = {n, words, n, (size_t)rows, (size_t)rows};
+  cl_mem *bufs[5] = {S, K, Y, M, R};
+  int same = 1;
+  for (int k = 0; k < 5; k++) {
+    float *u = tu_download(ctx, bufs[k][0], len[k]), *v = tu_download(ctx, bufs[k][1], len[k]);
+    same &= same_bits(u, v, len[k]);
+    free(u), free(v);
+  }
+  tu_check(same, "%-28s bias + dropout + residual + ln at once: the bits of the two apart",
+           c->name);
+  for (int i = 0; i < 2; i++)
+    release(S[i]), release(K[i]), release(Y[i]), release(M[i]), release(R[i]);
+  cl_mem all[] = {A, XB, RES, Gm, Bm};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+  free(a), free(xb);
+}
+
 /* Layer norm's backward and dropout's backward of its dx (a post-norm block's backward,
  * lib/model/model_graph.c), in one pass where relcl__layernorm_dropout_backward runs them so
  * (CPUs, the item shape: ln_bwd_params and colsum_finish, two commands), against the two
@@ -477,6 +529,7 @@ static void check_layernorm(relcl_context *ctx, const layer_case *c) {
     for (int i = 0; i < 5; i++) free(out[r][i]);
   check_layernorm_add(ctx, c, x, g, b);
   check_layernorm_dropout(ctx, c, x, g, dy);
+  check_layernorm_dropout_forward(ctx, c, x, g, b);
   free(x), free(g), free(b), free(dy), free(dx0), free(y), free(mean), free(rstd), free(dx);
   free(dg), free(db);
 }

@@ -449,10 +449,11 @@ static relcl_status block_fwd(const pass *p, const block_desc *bd, const relcl__
                                         A(p, ba->x_in), A(p, ba->out), A(p, ba->keep));
   }
   TRY(sub_fwd(p, bd, ba, A(p, ba->x_in), &b));
-  TRY(relcl__bias_dropout_residual(p->ctx, N, D, p->p, p->seed, stream, W(p, p->L->a), b,
-                                   A(p, ba->x_in), A(p, ba->ln_x), A(p, ba->keep)));
-  return relcl__layernorm_forward(p->ctx, N, D, LN_EPS, A(p, ba->ln_x), P(p, ln->g), P(p, ln->b),
-                                 A(p, ba->out), A(p, ba->mean), A(p, ba->rstd));
+  return relcl__bias_dropout_residual_layernorm(p->ctx, N, D, LN_EPS, p->p, p->seed, stream,
+                                                W(p, p->L->a), b, A(p, ba->x_in),
+                                                A(p, ba->ln_x), A(p, ba->keep), P(p, ln->g),
+                                                P(p, ln->b), A(p, ba->out), A(p, ba->mean),
+                                                A(p, ba->rstd));
 }
 
 /* *g holds the gradient of the block's output; on return, of its input (the two buffers

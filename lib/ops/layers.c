@@ -115,15 +115,28 @@ static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK
 
 /* ---- layer norm ---- */
 
-/* ln_fwd of x, or with xb.mem of res + (x + xb) (kernels/layers.cl) */
+/* ln_fwd's dropout mode (relcl__bias_dropout_residual_layernorm): dropout_launch's
+ * arguments, the sum's buffer and its keep bits */
+typedef struct {
+  float p;
+  uint64_t seed, stream;
+  relcl_buf sx, keep;
+} ln_fwd_drop;
+
+/* ln_fwd of x, or with xb.mem of res + (x + xb), or with drop of res + dropout(x + xb) into
+ * drop->sx (kernels/layers.cl) */
 static relcl_status ln_fwd(relcl_context *ctx, int rows, int d, float eps, relcl_buf x,
                            relcl_buf xb, relcl_buf res, relcl_buf gain, relcl_buf bias,
-                           relcl_buf y, relcl_buf mean, relcl_buf rstd) {
+                           relcl_buf y, relcl_buf mean, relcl_buf rstd,
+                           const ln_fwd_drop *drop) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  const int add = xb.mem != NULL;
+  const int add = drop ? 2 : xb.mem != NULL;
+  cl_uint v[6] = {0, 0, 0, 0, 0, 0};
+  float scale = 1.0f;
+  if (drop) drop_params(drop->p, drop->seed, drop->stream, v, &scale);
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, gain, NULL);
   relcl__buf_arg(&a, bias, NULL);
@@ -136,6 +149,11 @@ static relcl_status ln_fwd(relcl_context *ctx, int rows, int d, float eps, relcl
   RELCL__ARG(&a, add);
   relcl__buf_arg(&a, add ? xb : x, NULL); /* not read without add */
   relcl__buf_arg(&a, add ? res : x, NULL);
+  relcl__buf_arg(&a, drop ? drop->sx : y, NULL); /* nor these without dropout */
+  relcl__buf_arg(&a, drop ? drop->keep : y, NULL);
+  RELCL__ARG(&a, v[0]);
+  RELCL__ARG(&a, scale);
+  for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
 }
 
@@ -143,14 +161,32 @@ relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float
                                       relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
                                       relcl_buf mean, relcl_buf rstd) {
   return ln_fwd(ctx, rows, d, eps, x, RELCL_BUF_NONE, RELCL_BUF_NONE, gain, bias, y, mean,
-                rstd);
+                rstd, NULL);
 }
 
 relcl_status relcl__layernorm_add_forward(relcl_context *ctx, int rows, int d, float eps,
                                           relcl_buf x, relcl_buf xb, relcl_buf res,
                                           relcl_buf gain, relcl_buf bias, relcl_buf y,
                                           relcl_buf mean, relcl_buf rstd) {
-  return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd);
+  return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd, NULL);
+}
+
+relcl_status relcl__bias_dropout_residual_layernorm(relcl_context *ctx, int rows, int d,
+                                                    float eps, float p, uint64_t seed,
+                                                    uint64_t stream, relcl_buf x, relcl_buf xb,
+                                                    relcl_buf res, relcl_buf sx, relcl_buf keep,
+                                                    relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                                    relcl_buf mean, relcl_buf rstd) {
+  /* in one pass where the rows are whole words of keep bits and dropout_launch keeps them */
+  if (relcl__row_item(ctx) && p > 0.0f && keep.mem && xb.mem && d % 32 == 0) {
+    const ln_fwd_drop drop = {p, seed, stream, sx, keep};
+    return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd, &drop);
+  }
+  relcl_status st =
+      relcl__bias_dropout_residual(ctx, rows, d, p, seed, stream, x, xb, res, sx, keep);
+  return st == RELCL_OK ? relcl__layernorm_forward(ctx, rows, d, eps, sx, gain, bias, y, mean,
+                                                   rstd)
+                        : st;
 }
 
 relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float eps,

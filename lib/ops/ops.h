@@ -48,6 +48,16 @@ relcl_status relcl__layernorm_add_forward(relcl_context *ctx, int rows, int d, f
                                           relcl_buf x, relcl_buf xb, relcl_buf res,
                                           relcl_buf gain, relcl_buf bias, relcl_buf y,
                                           relcl_buf mean, relcl_buf rstd);
+/* relcl__bias_dropout_residual(rows, d, p, seed, stream, x, xb, res, sx, keep), then
+ * relcl__layernorm_forward of sx into y, mean, rstd; in one pass on CPUs where p > 0, keep
+ * and xb are given and d is a multiple of 32 (a post-norm block's forward in training). The
+ * same bits either way. */
+relcl_status relcl__bias_dropout_residual_layernorm(relcl_context *ctx, int rows, int d,
+                                                    float eps, float p, uint64_t seed,
+                                                    uint64_t stream, relcl_buf x, relcl_buf xb,
+                                                    relcl_buf res, relcl_buf sx, relcl_buf keep,
+                                                    relcl_buf gain, relcl_buf bias, relcl_buf y,
+                                                    relcl_buf mean, relcl_buf rstd);
 relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,
                                        relcl_buf gain, relcl_buf mean, relcl_buf rstd,
                                        relcl_buf dy, relcl_buf dx, int accumulate,
