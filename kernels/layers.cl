@@ -81,18 +81,27 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
 #endif
     __global float *sr = sx + sx_off + (size_t)row * d;
     const uint e0 = (uint)row * (uint)d; /* the row's first element, a multiple of 32 */
-    int8 mk[4];
-    for (int c = 0; c < d; c += 8) {
-      if (c % 32 == 0) {
-        relcl_keep_masks32(mk, (ulong)((e0 + (uint)c) / 4u), stream_lo, stream_hi, seed_lo,
-                           seed_hi, threshold);
-        keep[keep_off + (e0 + (uint)c) / 32u] = keep_word(mk);
+    /* RELCL_DROP_RUNS words of masks at a time, their Philox rounds interleaved (as
+     * dropout_apply's), then the row's last words one by one */
+    for (int c0 = 0; c0 < d; c0 += 32 * RELCL_DROP_RUNS) {
+      const int runs = min(RELCL_DROP_RUNS, (d - c0) / 32);
+      const uint q0 = (e0 + (uint)c0) / 4u;
+      int8 mk[4 * RELCL_DROP_RUNS];
+      if (runs == RELCL_DROP_RUNS)
+        relcl_keep_masks_runs(mk, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+      else
+        for (int g = 0; g < runs; g++)
+          relcl_keep_masks32(mk + 4 * g, q0 + 8u * (uint)g, stream_lo, stream_hi, seed_lo,
+                             seed_hi, threshold);
+      for (int g = 0; g < runs; g++) keep[keep_off + q0 / 8u + (uint)g] = keep_word(mk + 4 * g);
+      for (int b = 0; b < 4 * runs; b++) {
+        const int c = c0 + 8 * b;
+        const float8 u = select((float8)(0.0f), (vload8(0, xr + c) + vload8(0, xb + c)) *
+                                                    drop_scale, mk[b]);
+        const float8 t = vload8(0, rr + c) + u;
+        vstore8(t, 0, sr + c);
+        s8 += t;
       }
-      const float8 u = select((float8)(0.0f), (vload8(0, xr + c) + vload8(0, xb + c)) *
-                                                  drop_scale, mk[(c / 8) % 4]);
-      const float8 t = vload8(0, rr + c) + u;
-      vstore8(t, 0, sr + c);
-      s8 += t;
     }
     xr = sr;
   } else if (add) {
