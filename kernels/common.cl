@@ -57,15 +57,17 @@ inline int relcl_keep(ulong q, uint word, uint stream_lo, uint stream_hi, uint s
   uint8 c0 = (uint8)((uint)(q0)) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);                         \
   uint8 c1 = (uint8)((uint)((q0) >> 32)) - as_uint8(c0 < (uint8)((uint)(q0)));              \
   uint8 c2 = (uint8)(stream_lo), c3 = (uint8)(stream_hi)
-/* one round on eight calls' words with the keys k0, k1 */
+/* one round on eight calls' words with the keys k0, k1, each word in the low half of a
+ * 64-bit lane (the high half not read: the products take the low halves, and the words
+ * leave as their low halves) */
 #define RELCL_PHILOX8_ROUND(c0, c1, c2, c3)                                                 \
   {                                                                                         \
-    const ulong8 p0 = convert_ulong8(c0) * (ulong8)(0xD2511F53u),                           \
-                 p1 = convert_ulong8(c2) * (ulong8)(0xCD9E8D57u);                           \
-    c0 = convert_uint8(p1 >> 32) ^ c1 ^ (uint8)(k0);                                        \
-    c1 = convert_uint8(p1);                                                                 \
-    c2 = convert_uint8(p0 >> 32) ^ c3 ^ (uint8)(k1);                                        \
-    c3 = convert_uint8(p0);                                                                 \
+    const ulong8 p0 = (c0 & (ulong8)(0xFFFFFFFFu)) * (ulong8)(0xD2511F53u),                 \
+                 p1 = (c2 & (ulong8)(0xFFFFFFFFu)) * (ulong8)(0xCD9E8D57u);                 \
+    c0 = (p1 >> 32) ^ c1 ^ (ulong8)(k0);                                                    \
+    c1 = p1;                                                                                \
+    c2 = (p0 >> 32) ^ c3 ^ (ulong8)(k1);                                                    \
+    c3 = p0;                                                                                \
   }
 
 /* The words of the eight consecutive calls q0 .. q0+7 at once, relcl_philox4x32_10's bit for
@@ -75,14 +77,17 @@ inline int relcl_keep(ulong q, uint word, uint stream_lo, uint stream_hi, uint s
  * two thirds of the time with ulong4 halves (PoCL 3.1, Zen 5). */
 inline void relcl_philox8(uint8 word[4], ulong q0, uint stream_lo, uint stream_hi,
                           uint seed_lo, uint seed_hi) {
-  RELCL_PHILOX8_START(c0, c1, c2, c3, q0);
+  RELCL_PHILOX8_START(u0, u1, u2, u3, q0);
+  ulong8 c0 = convert_ulong8(u0), c1 = convert_ulong8(u1), c2 = convert_ulong8(u2),
+         c3 = convert_ulong8(u3);
   uint k0 = seed_lo, k1 = seed_hi;
   for (int round = 0; round < 10; round++) {
     RELCL_PHILOX8_ROUND(c0, c1, c2, c3)
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  word[0] = c0, word[1] = c1, word[2] = c2, word[3] = c3;
+  word[0] = convert_uint8(c0), word[1] = convert_uint8(c1), word[2] = convert_uint8(c2),
+  word[3] = convert_uint8(c3);
 }
 
 /* relcl_philox8 for RELCL_DROP_RUNS runs of eight calls, q0 + 8g .. q0 + 8g + 7 into w[g],
@@ -91,17 +96,21 @@ inline void relcl_philox8(uint8 word[4], ulong q0, uint stream_lo, uint stream_h
  * ms a step, two 16.1, four 14.3-15.3) */
 inline void relcl_philox8_runs(uint8 w[RELCL_DROP_RUNS][4], ulong q0, uint stream_lo,
                                uint stream_hi, uint seed_lo, uint seed_hi) {
+  ulong8 c[RELCL_DROP_RUNS][4];
   _Pragma("unroll") for (int g = 0; g < RELCL_DROP_RUNS; g++) {
-    RELCL_PHILOX8_START(c0, c1, c2, c3, q0 + 8 * g);
-    w[g][0] = c0, w[g][1] = c1, w[g][2] = c2, w[g][3] = c3;
+    RELCL_PHILOX8_START(u0, u1, u2, u3, q0 + 8 * g);
+    c[g][0] = convert_ulong8(u0), c[g][1] = convert_ulong8(u1), c[g][2] = convert_ulong8(u2),
+    c[g][3] = convert_ulong8(u3);
   }
   uint k0 = seed_lo, k1 = seed_hi;
   for (int round = 0; round < 10; round++) {
     _Pragma("unroll") for (int g = 0; g < RELCL_DROP_RUNS; g++)
-      RELCL_PHILOX8_ROUND(w[g][0], w[g][1], w[g][2], w[g][3])
+      RELCL_PHILOX8_ROUND(c[g][0], c[g][1], c[g][2], c[g][3])
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
+  _Pragma("unroll") for (int g = 0; g < RELCL_DROP_RUNS; g++)
+    _Pragma("unroll") for (int i = 0; i < 4; i++) w[g][i] = convert_uint8(c[g][i]);
 }
 
 /* The 32 decisions of eight consecutive calls, from their words w (relcl_philox8), in element
