@@ -115,36 +115,48 @@ inline void relcl_philox8_runs(uint8 w[RELCL_DROP_RUNS][4], ulong q0, uint strea
 
 /* The 32 decisions of eight consecutive calls, from their words w (relcl_philox8), in element
  * order: element 4c + w is word w of call c, and mk[b] lane l is element 8b + l's, -1 where
- * kept and 0 where dropped. */
-inline void relcl_masks_of(int8 mk[4], const uint8 w[4], uint threshold) {
-  int8 m[4]; /* m[w] lane c: element 4c + w */
-  for (int i = 0; i < 4; i++) m[i] = w[i] >= (uint8)(threshold);
-  /* interleaved into element order: two calls a float8 */
-  const uint8 lo = (uint8)(0, 8, 1, 9, 2, 10, 3, 11), hi = lo + (uint8)(4),
-              first = (uint8)(0, 1, 8, 9, 2, 3, 10, 11), second = first + (uint8)(4);
-  const int8 t01 = shuffle2(m[0], m[1], lo), t23 = shuffle2(m[2], m[3], lo),
-             u01 = shuffle2(m[0], m[1], hi), u23 = shuffle2(m[2], m[3], hi);
-  mk[0] = shuffle2(t01, t23, first), mk[1] = shuffle2(t01, t23, second);
-  mk[2] = shuffle2(u01, u23, first), mk[3] = shuffle2(u01, u23, second);
+ * kept and 0 where dropped. Returns them as a word of keep bits, bit e element e's (layers.cl's
+ * keep bits): the masks are taken from it, a call's four bits a lane shifted into place, the
+ * lanes' bits put together by halves, where shuffles interleaved four vectors of masks
+ * (through private memory: a quarter of dropout_apply's samples). Lanes are never taken one
+ * by one: Oclgrind's uninitialized-value checker crashes on that. */
+inline uint relcl_masks_of(int8 mk[4], const uint8 w[4], uint threshold) {
+  const uint8 t = (uint8)(threshold);
+  const uint8 nib = (select((uint8)(0u), (uint8)(1u), w[0] >= t) |
+                     select((uint8)(0u), (uint8)(2u), w[1] >= t)) |
+                    (select((uint8)(0u), (uint8)(4u), w[2] >= t) |
+                     select((uint8)(0u), (uint8)(8u), w[3] >= t));
+  const uint8 at = nib << (uint8)(0u, 4u, 8u, 12u, 16u, 20u, 24u, 28u);
+  const uint4 h4 = at.lo | at.hi;
+  const uint2 h2 = h4.lo | h4.hi;
+  uint h[2];
+  vstore2(h2, 0, h);
+  const uint word = h[0] | h[1];
+  for (int b = 0; b < 4; b++)
+    mk[b] = -as_int8(((uint8)(word >> (8 * b)) >> (uint8)(0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u)) &
+                     (uint8)(1u));
+  return word;
 }
 
 /* The 32 decisions of the eight consecutive calls q0 .. q0+7 in element order, relcl_keep's
  * bit for bit (relcl_masks_of). For the item shape, where a work-item takes 32 adjacent
  * elements at a time (attention.cl's rows) and applies the masks to float8s with select. */
-inline void relcl_keep_masks32(int8 mk[4], ulong q0, uint stream_lo, uint stream_hi,
+inline uint relcl_keep_masks32(int8 mk[4], ulong q0, uint stream_lo, uint stream_hi,
                                uint seed_lo, uint seed_hi, uint threshold) {
   uint8 w[4];
   relcl_philox8(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
-  relcl_masks_of(mk, w, threshold);
+  return relcl_masks_of(mk, w, threshold);
 }
 
 /* The same for the 32 RELCL_DROP_RUNS elements of calls q0 .. q0 + 8 RELCL_DROP_RUNS - 1
- * (layers.cl's dropout_apply): mk[4g + b] is relcl_keep_masks32's mk[b] for q0 + 8g. */
-inline void relcl_keep_masks_runs(int8 mk[4 * RELCL_DROP_RUNS], ulong q0, uint stream_lo,
-                                  uint stream_hi, uint seed_lo, uint seed_hi, uint threshold) {
+ * (layers.cl's dropout_apply): mk[4g + b] is relcl_keep_masks32's mk[b] for q0 + 8g, and
+ * word[g] its word of keep bits. */
+inline void relcl_keep_masks_runs(int8 mk[4 * RELCL_DROP_RUNS], uint word[RELCL_DROP_RUNS],
+                                  ulong q0, uint stream_lo, uint stream_hi, uint seed_lo,
+                                  uint seed_hi, uint threshold) {
   uint8 w[RELCL_DROP_RUNS][4];
   relcl_philox8_runs(w, q0, stream_lo, stream_hi, seed_lo, seed_hi);
-  for (int g = 0; g < RELCL_DROP_RUNS; g++) relcl_masks_of(mk + 4 * g, w[g], threshold);
+  for (int g = 0; g < RELCL_DROP_RUNS; g++) word[g] = relcl_masks_of(mk + 4 * g, w[g], threshold);
 }
 
 /* Tree reductions over a power-of-two work-group, in a fixed order: the result does not

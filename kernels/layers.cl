@@ -16,16 +16,9 @@
 
 /* Keep bits: element e's decision is bit e mod 32 of word e / 32, 1 kept, 0 dropped; in the
  * item shape's masks (mk[b] lane l: element 8b + l of a run of 32), bit 8b + l of the run's
- * word. keep_word packs a run's four masks, keep_masks unpacks them, both through a private
+ * word (common.cl's relcl_masks_of makes both). keep_masks unpacks a word through a private
  * array: Oclgrind's uninitialized-value checker crashes on a vector's lanes taken one by one
- * (t.s0 | t.s1 ...). 32 shifts a run beside Philox's rounds cost nothing measurable. */
-inline uint keep_word(const int8 *mk) {
-  int e[32];
-  for (int b = 0; b < 4; b++) vstore8(mk[b], b, e);
-  uint w = 0u;
-  for (int i = 0; i < 32; i++) w |= (uint)(e[i] & 1) << i;
-  return w;
-}
+ * (t.s0 | t.s1 ...). */
 inline void keep_masks(int8 *mk, uint word) {
   int e[32];
   for (int i = 0; i < 32; i++) e[i] = -(int)((word >> i) & 1u);
@@ -87,13 +80,14 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
       const int runs = min(RELCL_DROP_RUNS, (d - c0) / 32);
       const uint q0 = (e0 + (uint)c0) / 4u;
       int8 mk[4 * RELCL_DROP_RUNS];
+      uint words[RELCL_DROP_RUNS];
       if (runs == RELCL_DROP_RUNS)
-        relcl_keep_masks_runs(mk, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+        relcl_keep_masks_runs(mk, words, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
       else
         for (int g = 0; g < runs; g++)
-          relcl_keep_masks32(mk + 4 * g, q0 + 8u * (uint)g, stream_lo, stream_hi, seed_lo,
-                             seed_hi, threshold);
-      for (int g = 0; g < runs; g++) keep[keep_off + q0 / 8u + (uint)g] = keep_word(mk + 4 * g);
+          words[g] = relcl_keep_masks32(mk + 4 * g, q0 + 8u * (uint)g, stream_lo, stream_hi,
+                                        seed_lo, seed_hi, threshold);
+      for (int g = 0; g < runs; g++) keep[keep_off + q0 / 8u + (uint)g] = words[g];
       for (int b = 0; b < 4 * runs; b++) {
         const int c = c0 + 8 * b;
         const float8 u = select((float8)(0.0f), (vload8(0, xr + c) + vload8(0, xb + c)) *
@@ -637,9 +631,10 @@ __kernel void dropout_apply(__global const float *x, uint x_off, __global const 
   if (drop && (flags & RELCL_KEEP_LOAD)) {
     for (uint g = 0; g < runs; g++) keep_masks(mk + 4 * g, keep[i0 / 32 + g]);
   } else if (drop) {
-    relcl_keep_masks_runs(mk, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+    uint words[RELCL_DROP_RUNS];
+    relcl_keep_masks_runs(mk, words, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
     if (flags & RELCL_KEEP_SAVE)
-      for (uint g = 0; g < runs; g++) keep[i0 / 32 + g] = keep_word(mk + 4 * g);
+      for (uint g = 0; g < runs; g++) keep[i0 / 32 + g] = words[g];
   }
   if (n - i0 >= 32u * RELCL_DROP_RUNS &&
       (!(flags & RELCL_BIAS) || cols - c0 >= 32u * RELCL_DROP_RUNS)) { /* all runs whole */
