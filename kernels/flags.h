@@ -31,6 +31,7 @@
 #define RELCL_KEEP_SAVE 32 /* dropout_apply (item shape): write the keep bits */
 #define RELCL_KEEP_LOAD 64 /* dropout_apply (item shape): read them instead of Philox's */
 #define RELCL_DROP_DX 128  /* ln_bwd_params: also dropout's backward of dx, by the keep bits */
+#define RELCL_DROP_SUM 256 /* ln_bwd_params: and the column sums of that */
 
 /* gemm.cl gemm_cpu: what its store does to alpha op(A) op(B) + beta C (gemm.c's epilogues) */
 #define RELCL_GEMM_RELU_BWD 1 /* 0 where M, ReLU's output with C's shape, is not above 0 */

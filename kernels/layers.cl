@@ -165,7 +165,7 @@ __attribute__((always_inline)) inline void
 ln_bwd_row(__global const float *xr, __global const float *gain, __global const float *dyr,
            __global float *dxr, float mu, float rs, int d, int flags, __global float *pg,
            __global float *pb, __global float *dar, __global const uint *keep, uint e0,
-           float ds) {
+           float ds, __global float *pc) {
 #ifdef RELCL_ROW_ITEM
   const int vend = d - d % RELCL_COL_VEC;
   RELCL_COL_VECTOR a8 = 0.0f, b8 = 0.0f;
@@ -203,11 +203,17 @@ ln_bwd_row(__global const float *xr, __global const float *gain, __global const 
     if (flags & RELCL_ACCUMULATE) v += RELCL_COL_VLOAD(0, dxr + c);
     RELCL_COL_VSTORE(v, 0, dxr + c);
 #if RELCL_COL_VEC == 8
-    if (dar) vstore8(select((float8)(0.0f), v * ds, keep_bits8(keep, e0 + (uint)c)), 0, dar + c);
+    if (dar) {
+      const float8 a = select((float8)(0.0f), v * ds, keep_bits8(keep, e0 + (uint)c));
+      vstore8(a, 0, dar + c);
+      if (pc) vstore8(vload8(0, pc + c) + a, 0, pc + c);
+    }
 #else
     if (dar)
-      for (int l = 0; l < RELCL_COL_VEC; l++)
+      for (int l = 0; l < RELCL_COL_VEC; l++) {
         dar[c + l] = keep_bit(keep, e0 + (uint)(c + l)) ? dxr[c + l] * ds : 0.0f;
+        if (pc) pc[c + l] += dar[c + l];
+      }
 #endif
   }
 #endif
@@ -216,7 +222,11 @@ ln_bwd_row(__global const float *xr, __global const float *gain, __global const 
     const float v = rs * (g - s1 - ((xr[c] - mu) * rs) * s2);
     const float o = (flags & RELCL_ACCUMULATE) ? dxr[c] + v : v;
     dxr[c] = o;
-    if (dar) dar[c] = keep_bit(keep, e0 + (uint)c) ? o * ds : 0.0f;
+    if (dar) {
+      const float a = keep_bit(keep, e0 + (uint)c) ? o * ds : 0.0f;
+      dar[c] = a;
+      if (pc) pc[c] += a;
+    }
   }
 }
 
@@ -232,7 +242,7 @@ __kernel void ln_bwd(__global const float *x, uint x_off, __global const float *
   __global float *dxr = dx + dx_off + (size_t)row * d;
   const float mu = mean[m_off + row], rs = rstd[r_off + row];
 #ifdef RELCL_ROW_ITEM
-  ln_bwd_row(xr, gain + g_off, dyr, dxr, mu, rs, d, flags, 0, 0, 0, 0, 0u, 0.0f);
+  ln_bwd_row(xr, gain + g_off, dyr, dxr, mu, rs, d, flags, 0, 0, 0, 0, 0u, 0.0f, 0);
 #else
   const int lid = RELCL_ROW_LANE(), wg = RELCL_ROW_LANES();
   float s1 = 0.0f, s2 = 0.0f;
@@ -345,7 +355,9 @@ __kernel void ln_param_partial(__global const float *x, uint x_off, __global con
  * shape (CPUs, where layers.c runs it; the group shape builds the scalar form). The sums go
  * through part itself, which stays in L1 (2 d floats). With RELCL_DROP_DX also dropout's
  * backward of dx into da, by the keep bits from keep_off (a post-norm block's backward:
- * lib/model/model_graph.c), where it took a pass over dx of its own. */
+ * lib/model/model_graph.c), where it took a pass over dx of its own; with RELCL_DROP_SUM
+ * too, da's sums over the chunk into part's third block (chunks of COLSUM_CHUNK rows, each
+ * column in row order: colsum_partial's), the gradient of the bias before the dropout. */
 __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const float *gain,
                             uint g_off, __global const float *mean, uint m_off,
                             __global const float *rstd, uint r_off, __global const float *dy,
@@ -357,13 +369,16 @@ __kernel void ln_bwd_params(__global const float *x, uint x_off, __global const 
   if (ch >= chunks) return;
   const int r0 = ch * chunk, r1 = min(rows, r0 + chunk);
   __global float *pg = part + (size_t)ch * d, *pb = part + ((size_t)chunks + ch) * d;
-  const bool drop = (flags & RELCL_DROP_DX) != 0;
+  const bool drop = (flags & RELCL_DROP_DX) != 0, sum = drop && (flags & RELCL_DROP_SUM);
+  __global float *pc = sum ? part + ((size_t)2 * chunks + ch) * d : 0;
   for (int c = 0; c < d; c++) pg[c] = pb[c] = 0.0f;
+  if (pc)
+    for (int c = 0; c < d; c++) pc[c] = 0.0f;
   for (int row = r0; row < r1; row++)
     ln_bwd_row(x + x_off + (size_t)row * d, gain + g_off, dy + dy_off + (size_t)row * d,
                dx + dx_off + (size_t)row * d, mean[m_off + row], rstd[r_off + row], d, flags,
                pg, pb, drop ? da + da_off + (size_t)row * d : 0, keep + keep_off,
-               (uint)row * (uint)d, drop_scale);
+               (uint)row * (uint)d, drop_scale, pc);
 }
 
 /* ---- column sums: chunks of rows, then the chunks, both in order ---- */
@@ -393,16 +408,16 @@ __kernel void colsum_partial(__global const float *x, uint x_off, int ld,
   }
 }
 
-/* y (cols) = or += sum over the chunks of part (chunks, cols) from p_off; with outs 2, also
- * y2 from the next (chunks, cols) of part (a layer norm's gain and bias, two tables): global
- * outs cols. */
+/* y (cols) = or += sum over the chunks of part (chunks, cols) from p_off; with outs 2 or 3,
+ * also y2 and y3 from the next blocks of (chunks, cols) of part (a layer norm's gain and
+ * bias, and the bias before its dropout; two tables): global outs cols. */
 __kernel void colsum_finish(__global const float *part, uint p_off, __global float *y,
-                            uint y_off, __global float *y2, uint y2_off, int chunks, int cols,
-                            int outs, int flags) {
-  const int g = get_global_id(0), second = g >= cols, c = second ? g - cols : g;
+                            uint y_off, __global float *y2, uint y2_off, __global float *y3,
+                            uint y3_off, int chunks, int cols, int outs, int flags) {
+  const int g = get_global_id(0), o_ = g / cols, c = g - o_ * cols;
   if (g >= outs * cols) return;
-  __global const float *p = part + p_off + (second ? (size_t)chunks * cols : 0u);
-  __global float *o = second ? y2 + y2_off : y + y_off;
+  __global const float *p = part + p_off + (size_t)o_ * chunks * cols;
+  __global float *o = o_ == 0 ? y + y_off : o_ == 1 ? y2 + y2_off : y3 + y3_off;
   float s = 0.0f;
   for (int ch = 0; ch < chunks; ch++) s += p[(size_t)ch * cols + c];
   o[c] = (flags & RELCL_ACCUMULATE) ? o[c] + s : s;

@@ -415,10 +415,11 @@ static void check_layernorm_dropout_forward(relcl_context *ctx, const layer_case
   free(a), free(xb);
 }
 
-/* Layer norm's backward and dropout's backward of its dx (a post-norm block's backward,
- * lib/model/model_graph.c), in one pass where relcl__layernorm_dropout_backward runs them so
- * (CPUs, the item shape: ln_bwd_params and colsum_finish, two commands), against the two
- * calls apart, bit for bit (dx, the dropped dx, the parameters' gradients) */
+/* Layer norm's backward, dropout's backward of its dx and the column sums of that (a
+ * post-norm block's backward, lib/model/model_graph.c: the gradient of the sublayer's output
+ * bias), in one pass where relcl__layernorm_dropout_backward runs them so (CPUs, the item
+ * shape: ln_bwd_params and colsum_finish, two commands), against the three calls apart, bit
+ * for bit (dx, the dropped dx, the three gradients) */
 static void check_layernorm_dropout(relcl_context *ctx, const layer_case *c, const float *x,
                                     const float *g, const float *dy) {
   const int rows = c->a, d = c->b;
@@ -426,7 +427,8 @@ static void check_layernorm_dropout(relcl_context *ctx, const layer_case *c, con
   const float p = 0.3f;
   cl_mem X = tu_upload(ctx, x, n), Gm = tu_upload(ctx, g, (size_t)d), Bm = dev_zeros(ctx, d),
          Y = dev_zeros(ctx, n), M = dev_zeros(ctx, (size_t)rows), R = dev_zeros(ctx, rows),
-         DY = tu_upload(ctx, dy, n), KEEP = dev_zeros(ctx, words), DX[2], DA[2], DG[2], DB[2];
+         DY = tu_upload(ctx, dy, n), KEEP = dev_zeros(ctx, words), DX[2], DA[2], DG[2], DB[2],
+         DS[2];
   TU_OK(relcl__layernorm_forward(ctx, rows, d, c->f, B0(X), B0(Gm), B0(Bm), B0(Y), B0(M),
                                  B0(R)));
   /* the keep bits of a forward's dropout of n elements (Y's values do not matter) */
@@ -434,35 +436,46 @@ static void check_layernorm_dropout(relcl_context *ctx, const layer_case *c, con
   for (int i = 0; i < 2; i++) {
     DX[i] = dev_zeros(ctx, n), DA[i] = dev_zeros(ctx, n);
     DG[i] = dev_zeros(ctx, (size_t)d), DB[i] = dev_zeros(ctx, (size_t)d);
+    DS[i] = dev_zeros(ctx, (size_t)d);
     TU_OK(relcl_fill(ctx, B0(DG[i]), 1.0f, (size_t)d));
     TU_OK(relcl_fill(ctx, B0(DB[i]), 1.0f, (size_t)d));
+    TU_OK(relcl_fill(ctx, B0(DS[i]), 0.5f, (size_t)d));
   }
   TU_OK(relcl__layernorm_backward(ctx, rows, d, B0(X), B0(Gm), B0(M), B0(R), B0(DY), B0(DX[0]),
                                   0, B0(DG[0]), B0(DB[0])));
   TU_OK(relcl__dropout_backward(ctx, n, p, 5, 9, B0(DX[0]), B0(DA[0]), 0, B0(KEEP)));
+  TU_OK(relcl__colsum(ctx, rows, d, B0(DA[0]), d, B0(DS[0]), 1));
+  /* once before the count, which a scratch buffer the pool grows for would add to */
+  TU_OK(relcl__layernorm_dropout_backward(ctx, rows, d, B0(X), B0(Gm), B0(M), B0(R), B0(DY),
+                                          B0(DX[1]), B0(DG[1]), B0(DB[1]), p, 5, 9, B0(KEEP),
+                                          B0(DA[1]), B0(DS[1])));
+  TU_OK(relcl_fill(ctx, B0(DG[1]), 1.0f, (size_t)d));
+  TU_OK(relcl_fill(ctx, B0(DB[1]), 1.0f, (size_t)d));
+  TU_OK(relcl_fill(ctx, B0(DS[1]), 0.5f, (size_t)d));
   TU_OK(relcl_finish(ctx));
   TU_OK(relcl_profile_enable(ctx, 1));
   TU_OK(relcl_profile_reset(ctx));
   TU_OK(relcl__layernorm_dropout_backward(ctx, rows, d, B0(X), B0(Gm), B0(M), B0(R), B0(DY),
                                           B0(DX[1]), B0(DG[1]), B0(DB[1]), p, 5, 9, B0(KEEP),
-                                          B0(DA[1])));
+                                          B0(DA[1]), B0(DS[1])));
   TU_OK(relcl_finish(ctx));
   relcl_profile_summary sum;
   TU_OK(relcl_profile_summary_get(ctx, &sum));
   TU_OK(relcl_profile_enable(ctx, 0));
   if (relcl__row_item(ctx))
-    tu_check(sum.commands == 2, "%-28s ln + dropout backward: %ld commands (2: one pass)",
+    tu_check(sum.commands == 2, "%-28s ln + dropout + sums backward: %ld commands (2)",
              c->name, sum.commands);
-  const size_t len[4] = {n, n, (size_t)d, (size_t)d};
-  cl_mem *bufs[4] = {DX, DA, DG, DB};
+  const size_t len[5] = {n, n, (size_t)d, (size_t)d, (size_t)d};
+  cl_mem *bufs[5] = {DX, DA, DG, DB, DS};
   int same = 1;
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 5; k++) {
     float *u = tu_download(ctx, bufs[k][0], len[k]), *v = tu_download(ctx, bufs[k][1], len[k]);
     same &= same_bits(u, v, len[k]);
     free(u), free(v);
   }
-  tu_check(same, "%-28s ln + dropout backward at once: the bits of the two apart", c->name);
-  for (int i = 0; i < 2; i++) release(DX[i]), release(DA[i]), release(DG[i]), release(DB[i]);
+  tu_check(same, "%-28s ln + dropout + sums backward at once: the bits apart", c->name);
+  for (int i = 0; i < 2; i++)
+    release(DX[i]), release(DA[i]), release(DG[i]), release(DB[i]), release(DS[i]);
   cl_mem all[] = {X, Gm, Bm, Y, M, R, DY, KEEP};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
 }

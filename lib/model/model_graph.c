@@ -385,10 +385,16 @@ static relcl_status sub_fwd(const pass *p, const block_desc *bd, const relcl__bl
   return relcl__linear_forward(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), RELCL_BUF_NONE, out);
 }
 
+/* The gradient of a sublayer's output bias (its output projection's): where block_bwd sums it
+ * in layer norm's backward pass, sub_bwd leaves it out */
+static relcl_buf out_bias_grad(const pass *p, const block_desc *bd) {
+  return bd->kind == SUB_FFN ? G(p, bd->ffn->b2) : G(p, bd->attn->bo);
+}
+
 /* dx (= or += by acc) = the gradient through F of da (work region `a`), with F's
- * parameter gradients added to the gradient arena. */
+ * parameter gradients added to the gradient arena, its output bias's only with out_db. */
 static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__block_a *ba,
-                            relcl_buf u, relcl_buf dx, int acc) {
+                            relcl_buf u, relcl_buf dx, int acc, bool out_db) {
   const relcl__layout *L = p->L;
   const int D = p->D, N = rows_of(p, bd), B = p->B, H = p->H, dh = p->dh;
   const size_t ND = (size_t)N * D;
@@ -397,14 +403,16 @@ static relcl_status sub_bwd(const pass *p, const block_desc *bd, const relcl__bl
     const relcl__ffn_p *f = bd->ffn;
     relcl_buf dh_ = W(p, L->dh);
     TRY(relcl__relu_linear_backward(p->ctx, N, p->F, D, A(p, ba->h), P(p, f->w2), da, dh_,
-                                   L->f_ld, G(p, f->w2), G(p, f->b2)));
+                                   L->f_ld, G(p, f->w2),
+                                   out_db ? G(p, f->b2) : RELCL_BUF_NONE));
     return relcl__linear_backward_ld(p->ctx, N, D, p->F, u, P(p, f->w1), dh_, L->f_ld, dx, acc,
                                      G(p, f->w1), G(p, f->b1));
   }
   const relcl__attn_p *ap = bd->attn;
   relcl_attn_desc desc = attn_desc(p, bd);
   TRY(relcl__linear_backward_heads(p->ctx, N, D, D, A(p, ba->zm), P(p, ap->wo), da,
-                                   W(p, L->zh), desc.nq, H, dh, G(p, ap->wo), G(p, ap->bo)));
+                                   W(p, L->zh), desc.nq, H, dh, G(p, ap->wo),
+                                   out_db ? G(p, ap->bo) : RELCL_BUF_NONE));
   const size_t nkD = (size_t)B * desc.nk * D;
   const size_t q = ba->qkv_h, k = q + ND, v = k + nkD;
   const relcl_buf qkv = W(p, L->qkv);
@@ -467,14 +475,15 @@ static relcl_status block_bwd(const pass *p, const block_desc *bd, const relcl__
   relcl_buf da = W(p, p->L->a);
   if (p->pre) {
     TRY(relcl__dropout_backward(p->ctx, n, p->p, p->seed, stream, *g, da, 0, A(p, ba->keep)));
-    TRY(sub_bwd(p, bd, ba, A(p, ba->sub_in), *t, 0));
+    TRY(sub_bwd(p, bd, ba, A(p, ba->sub_in), *t, 0, true));
     return relcl__layernorm_backward(p->ctx, N, D, A(p, ba->x_in), P(p, ln->g), A(p, ba->mean),
                                     A(p, ba->rstd), *t, *g, 1, G(p, ln->g), G(p, ln->b));
   }
   TRY(relcl__layernorm_dropout_backward(p->ctx, N, D, A(p, ba->ln_x), P(p, ln->g),
                                        A(p, ba->mean), A(p, ba->rstd), *g, *t, G(p, ln->g),
-                                       G(p, ln->b), p->p, p->seed, stream, A(p, ba->keep), da));
-  TRY(sub_bwd(p, bd, ba, A(p, ba->x_in), *t, 1));
+                                       G(p, ln->b), p->p, p->seed, stream, A(p, ba->keep), da,
+                                       out_bias_grad(p, bd)));
+  TRY(sub_bwd(p, bd, ba, A(p, ba->x_in), *t, 1, false));
   relcl_buf s = *g;
   *g = *t;
   *t = s;

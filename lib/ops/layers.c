@@ -91,10 +91,10 @@ static void drop_params(float p, uint64_t seed, uint64_t stream, cl_uint v[6], f
   *scale = (float)(1.0 / (1.0 - (double)p));
 }
 
-/* Sums of chunks of rows of part-producing kernels, then the chunks in order (one output, or
- * two from consecutive blocks of part in one launch). */
-relcl_status relcl__colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off, int chunks,
-                                  int cols, relcl_buf y, relcl_buf y2, int accumulate) {
+/* colsum_finish for one to three outputs from consecutive blocks of part */
+static relcl_status colsum_finish3(relcl_context *ctx, cl_mem part, size_t p_off, int chunks,
+                                   int cols, relcl_buf y, relcl_buf y2, relcl_buf y3,
+                                   int accumulate) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "colsum_finish", &k);
   if (st != RELCL_OK) return st;
@@ -103,12 +103,20 @@ relcl_status relcl__colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off,
   relcl__buf_arg(&a, relcl_buf_at(part, p_off), part);
   relcl__buf_arg(&a, y, part);
   relcl__buf_arg(&a, y2.mem ? y2 : y, part);
-  const int outs = y2.mem ? 2 : 1;
+  relcl__buf_arg(&a, y3.mem ? y3 : y, part);
+  const int outs = y3.mem ? 3 : y2.mem ? 2 : 1;
   RELCL__ARG(&a, chunks);
   RELCL__ARG(&a, cols);
   RELCL__ARG(&a, outs);
   RELCL__ARG(&a, flags);
   return launch_1d(ctx, k, &a, (size_t)cols * (size_t)outs);
+}
+
+/* Sums of chunks of rows of part-producing kernels, then the chunks in order (one output, or
+ * two from consecutive blocks of part in one launch). */
+relcl_status relcl__colsum_finish(relcl_context *ctx, cl_mem part, size_t p_off, int chunks,
+                                  int cols, relcl_buf y, relcl_buf y2, int accumulate) {
+  return colsum_finish3(ctx, part, p_off, chunks, cols, y, y2, RELCL_BUF_NONE, accumulate);
 }
 
 static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK; }
@@ -211,10 +219,11 @@ relcl_status relcl_layernorm_forward(relcl_context *ctx, int rows, int d, float 
 }
 
 /* Dropout's backward of layer norm's dx in ln_bwd_params' pass (relcl__layernorm_dropout_
- * backward): scale for the kept elements, their keep bits, the result */
+ * backward): scale for the kept elements, their keep bits, the result, and (sum.mem) where
+ * its column sums add */
 typedef struct {
   float scale;
-  relcl_buf keep, da;
+  relcl_buf keep, da, sum;
 } ln_drop;
 
 /* relcl__layernorm_backward, with drop (not NULL; on CPUs, with dgain or dbias) dropout's
@@ -227,14 +236,17 @@ static relcl_status ln_backward(relcl_context *ctx, int rows, int d, relcl_buf x
   cl_mem part = NULL;
   relcl__kernel_entry *k;
   const int chunks = chunks_of(rows), chunk = COLSUM_CHUNK;
-  const int flags = (accumulate ? RELCL_ACCUMULATE : 0) | (drop ? RELCL_DROP_DX : 0);
+  const bool sum = drop && drop->sum.mem;
+  const int flags = (accumulate ? RELCL_ACCUMULATE : 0) | (drop ? RELCL_DROP_DX : 0) |
+                    (sum ? RELCL_DROP_SUM : 0);
   const size_t bias_part = (size_t)chunks * (size_t)d;
   /* the parameters' sums over chunks of rows into part, added up by colsum_finish below: on
    * CPUs in dx's own pass (layers.cl ln_bwd_params: the bits of ln_param_partial and ln_bwd,
    * x and dy read once; Zen 3, issue 8's step: ln_param_partial was 9-10 ms a step, reading
    * both again), elsewhere in a pass before ln_bwd (dx may overwrite dy) */
   const bool params = dgain.mem || dbias.mem, fused = params && relcl__row_item(ctx);
-  if (params && (st = relcl__pool_get(ctx, 2 * bias_part * 4, &part)) != RELCL_OK) goto done;
+  if (params && (st = relcl__pool_get(ctx, (sum ? 3 : 2) * bias_part * 4, &part)) != RELCL_OK)
+    goto done;
   if (fused) {
     if ((st = relcl__kernel(ctx, "layers", "ln_bwd_params", &k)) != RELCL_OK) goto done;
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
@@ -283,7 +295,9 @@ static relcl_status ln_backward(relcl_context *ctx, int rows, int d, relcl_buf x
     RELCL__ARG(&a, flags);
     if ((st = launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1)) != RELCL_OK) goto done;
   }
-  if (dgain.mem) /* with the bias's, where it is asked for, in the same launch */
+  if (sum) /* the caller gives all three (relcl__layernorm_dropout_backward) */
+    st = colsum_finish3(ctx, part, 0, chunks, d, dgain, dbias, drop->sum, 1);
+  else if (dgain.mem) /* with the bias's, where it is asked for, in the same launch */
     st = relcl__colsum_finish(ctx, part, 0, chunks, d, dgain, dbias, 1);
   else if (dbias.mem)
     st = relcl__colsum_finish(ctx, part, bias_part, chunks, d, dbias, RELCL_BUF_NONE, 1);
@@ -304,20 +318,25 @@ relcl_status relcl__layernorm_dropout_backward(relcl_context *ctx, int rows, int
                                                relcl_buf rstd, relcl_buf dy, relcl_buf dx,
                                                relcl_buf dgain, relcl_buf dbias, float p,
                                                uint64_t seed, uint64_t stream, relcl_buf keep,
-                                               relcl_buf da) {
+                                               relcl_buf da, relcl_buf dsum) {
   /* in ln_bwd_params' pass where it runs and the forward kept its bits (dropout_launch's
-   * condition for reading them) */
+   * condition for reading them); da's sums there too where both parameters' sums go */
   if ((dgain.mem || dbias.mem) && relcl__row_item(ctx) && p > 0.0f && keep.mem) {
     cl_uint v[6];
-    ln_drop drop = {0.0f, keep, da};
+    const bool sum = dsum.mem && dgain.mem && dbias.mem;
+    ln_drop drop = {0.0f, keep, da, sum ? dsum : RELCL_BUF_NONE};
     drop_params(p, seed, stream, v, &drop.scale);
-    return ln_backward(ctx, rows, d, x, gain, mean, rstd, dy, dx, 0, dgain, dbias, &drop);
+    relcl_status st =
+        ln_backward(ctx, rows, d, x, gain, mean, rstd, dy, dx, 0, dgain, dbias, &drop);
+    return st == RELCL_OK && dsum.mem && !sum ? relcl__colsum(ctx, rows, d, da, d, dsum, 1)
+                                              : st;
   }
   relcl_status st =
       ln_backward(ctx, rows, d, x, gain, mean, rstd, dy, dx, 0, dgain, dbias, NULL);
-  return st == RELCL_OK ? relcl__dropout_backward(ctx, (size_t)rows * (size_t)d, p, seed,
-                                                  stream, dx, da, 0, keep)
-                        : st;
+  if (st == RELCL_OK)
+    st = relcl__dropout_backward(ctx, (size_t)rows * (size_t)d, p, seed, stream, dx, da, 0,
+                                 keep);
+  return st == RELCL_OK && dsum.mem ? relcl__colsum(ctx, rows, d, da, d, dsum, 1) : st;
 }
 
 relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl_buf x,

@@ -63,15 +63,17 @@ relcl_status relcl__layernorm_backward(relcl_context *ctx, int rows, int d, relc
                                        relcl_buf dy, relcl_buf dx, int accumulate,
                                        relcl_buf dgain, relcl_buf dbias);
 /* relcl__layernorm_backward (dx overwritten), then dropout's backward of dx into da:
- * relcl__dropout_backward(rows d, p, seed, stream, dx, da, 0, keep); in one pass over dx on
- * CPUs with dgain or dbias and the forward's keep bits (a post-norm block's backward). The
+ * relcl__dropout_backward(rows d, p, seed, stream, dx, da, 0, keep), then with dsum.mem
+ * relcl__colsum(rows, d, da, d, dsum, 1) (the gradient of the bias added before the
+ * dropout); in one pass over dx on CPUs with dgain or dbias and the forward's keep bits (a
+ * post-norm block's backward), da's sums in it too where dgain and dbias are both given. The
  * same bits either way. */
 relcl_status relcl__layernorm_dropout_backward(relcl_context *ctx, int rows, int d,
                                                relcl_buf x, relcl_buf gain, relcl_buf mean,
                                                relcl_buf rstd, relcl_buf dy, relcl_buf dx,
                                                relcl_buf dgain, relcl_buf dbias, float p,
                                                uint64_t seed, uint64_t stream, relcl_buf keep,
-                                               relcl_buf da);
+                                               relcl_buf da, relcl_buf dsum);
 relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int vocab,
                                       relcl_buf ids, relcl_buf table, float scale,
                                       relcl_buf out);
