@@ -482,9 +482,14 @@ __kernel void colsum_rows(__global const float *x, uint x_off, int ld, __global 
 /* Item shape (CPUs): global (n), a work-item copies its row, a loop the compiler vectorizes.
  * relcl-bench's issue-8 step (Zen 5, two interleaved pairs): 0.46-0.60 ms a step against
  * 3.3-3.9 with an element a work-item; the backward, a token a work-item, 0.48 against 1.9-2.2. */
+/* With drop (the item shape, d a multiple of 32) each row then goes through dropout as
+ * dropout_apply would take it (its keep bits written): the embeddings' dropout in training
+ * (lib/model/model_graph.c), in the same launch. The same bits as the two launches. */
 __kernel void embed_fwd(__global const int *ids, uint ids_off, __global const float *table,
                         uint t_off, __global float *out, uint o_off, int n, int d, int vocab,
-                        float scale) {
+                        float scale, int drop, __global uint *keep, uint keep_off,
+                        uint threshold, float drop_scale, uint seed_lo, uint seed_hi,
+                        uint stream_lo, uint stream_hi) {
 #ifdef RELCL_ROW_ITEM
   const int t = get_global_id(0);
   if (t >= n) return;
@@ -496,6 +501,23 @@ __kernel void embed_fwd(__global const int *ids, uint ids_off, __global const fl
   } else {
     for (int c = 0; c < d; c++) o[c] = 0.0f;
   }
+  if (drop) /* the row as dropout_apply's work-items: RELCL_DROP_RUNS words at a time */
+    for (int c0 = 0; c0 < d; c0 += 32 * RELCL_DROP_RUNS) {
+      const int runs = min(RELCL_DROP_RUNS, (d - c0) / 32);
+      const uint q0 = ((uint)t * (uint)d + (uint)c0) / 4u;
+      int8 mk[4 * RELCL_DROP_RUNS];
+      uint words[RELCL_DROP_RUNS];
+      if (runs == RELCL_DROP_RUNS)
+        relcl_keep_masks_runs(mk, words, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+      else
+        for (int g = 0; g < runs; g++)
+          words[g] = relcl_keep_masks32(mk + 4 * g, q0 + 8u * (uint)g, stream_lo, stream_hi,
+                                        seed_lo, seed_hi, threshold);
+      for (int g = 0; g < runs; g++) keep[keep_off + q0 / 8u + (uint)g] = words[g];
+      for (int b = 0; b < 4 * runs; b++)
+        vstore8(select((float8)(0.0f), vload8(0, o + c0 + 8 * b) * drop_scale, mk[b]), 0,
+                o + c0 + 8 * b);
+    }
 #else
   const int c = get_global_id(0), t = get_global_id(1);
   if (c >= d || t >= n) return;

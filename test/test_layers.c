@@ -72,6 +72,10 @@ static const layer_case cases[] = {
     /* d past a vector of 16 and not a multiple of it (the item shape's backward: vectors of
      * 16 columns, then one by one), repeated tokens */
     {OP_EMBEDDING, "emb d=37 repeated tokens", 50, 37, 20, 0, 1},
+    /* whole words of keep bits a row (the dropout in the lookup's launch): four words and
+     * one, then two */
+    {OP_EMBEDDING, "emb d=160", 7, 160, 9, 0, 0},
+    {OP_EMBEDDING, "emb d=64 out-of-range ids", 40, 64, 13, 0, 2},
     /* dropout: a n, f p, flag 1 = residual, 2 = backward accumulates */
     {OP_DROPOUT, "dropout p=0", 1000, 0, 0, 0.0f, 0},
     {OP_DROPOUT, "dropout n=1", 1, 0, 0, 0.1f, 1},
@@ -549,6 +553,40 @@ static void check_layernorm(relcl_context *ctx, const layer_case *c) {
 
 /* ---- embedding ---- */
 
+/* The embeddings in training: the lookup then dropout in place with its keep bits
+ * (relcl__embedding_dropout_forward), in one launch where it runs so (CPUs, d a multiple of
+ * 32), against the two calls apart, bit for bit (the rows and the keep bits) */
+static void check_embedding_dropout(relcl_context *ctx, const layer_case *c,
+                                    const int32_t *ids, const float *table) {
+  const int n = c->a, d = c->b, vocab = c->c;
+  const size_t no = (size_t)n * d, words = (no + 31) / 32;
+  const float p = 0.25f, scale = 1.5f;
+  cl_mem I = tu_upload(ctx, ids, (size_t)n), T = tu_upload(ctx, table, (size_t)vocab * d), Y[2],
+         K[2];
+  for (int i = 0; i < 2; i++) Y[i] = dev_zeros(ctx, no), K[i] = dev_zeros(ctx, words);
+  TU_OK(relcl__embedding_forward(ctx, n, d, vocab, B0(I), B0(T), scale, B0(Y[0])));
+  TU_OK(relcl__dropout_forward(ctx, no, p, 4, 6, B0(Y[0]), RELCL_BUF_NONE, B0(Y[0]), B0(K[0])));
+  TU_OK(relcl_finish(ctx));
+  TU_OK(relcl_profile_enable(ctx, 1));
+  TU_OK(relcl_profile_reset(ctx));
+  TU_OK(relcl__embedding_dropout_forward(ctx, n, d, vocab, B0(I), B0(T), scale, p, 4, 6,
+                                         B0(Y[1]), B0(K[1])));
+  TU_OK(relcl_finish(ctx));
+  relcl_profile_summary sum;
+  TU_OK(relcl_profile_summary_get(ctx, &sum));
+  TU_OK(relcl_profile_enable(ctx, 0));
+  if (relcl__row_item(ctx) && d % 32 == 0)
+    tu_check(sum.commands == 1, "%-28s lookup + dropout: %ld commands (1)", c->name,
+             sum.commands);
+  float *y[2], *k[2];
+  for (int i = 0; i < 2; i++)
+    y[i] = tu_download(ctx, Y[i], no), k[i] = tu_download(ctx, K[i], words);
+  tu_check(same_bits(y[0], y[1], no) && same_bits(k[0], k[1], words),
+           "%-28s lookup + dropout at once: the bits of the two apart", c->name);
+  for (int i = 0; i < 2; i++) free(y[i]), free(k[i]), release(Y[i]), release(K[i]);
+  release(I), release(T);
+}
+
 static void check_embedding(relcl_context *ctx, const layer_case *c) {
   const int n = c->a, d = c->b, vocab = c->c;
   const size_t nt = (size_t)vocab * d, no = (size_t)n * d;
@@ -613,6 +651,7 @@ static void check_embedding(relcl_context *ctx, const layer_case *c) {
   tu_check(same_bits(fwd[0], fwd[1], no) && same_bits(bwd[0], bwd[1], nt),
            "%-28s bitwise identical on a second run", c->name);
   for (int r = 0; r < 2; r++) free(fwd[r]), free(bwd[r]);
+  check_embedding_dropout(ctx, c, ids, table);
   free(ids), free(table), free(dout), free(dt0), free(y), free(dtab), free(dtab_f), free(tok);
   free(ofs), free(pos);
 }

@@ -540,14 +540,17 @@ static relcl_status embed_fwd(const pass *p, size_t ids, int n, size_t x0, size_
                               int site) {
   const relcl_model_config *c = &p->m->cfg;
   const int rows = p->B * n;
+  const uint64_t stream = stream_of(p, LAYER_EMB, site);
+  if (!(c->positions & RELCL_POS_ABSOLUTE)) /* the dropout in the lookup's launch */
+    return relcl__embedding_dropout_forward(p->ctx, rows, p->D, p->V, I(p, ids),
+                                            P(p, p->m->emb), sqrtf((float)p->D), p->p,
+                                            p->seed, stream, A(p, x0), A(p, keep));
   TRY(relcl__embedding_forward(p->ctx, rows, p->D, p->V, I(p, ids), P(p, p->m->emb),
                               sqrtf((float)p->D), A(p, x0)));
-  if (c->positions & RELCL_POS_ABSOLUTE)
-    TRY(relcl__posenc_add(p->ctx, A(p, x0), p->B, n, p->D, 0));
+  TRY(relcl__posenc_add(p->ctx, A(p, x0), p->B, n, p->D, 0));
   if (p->p > 0.0f)
-    TRY(relcl__dropout_forward(p->ctx, (size_t)rows * p->D, p->p, p->seed,
-                              stream_of(p, LAYER_EMB, site), A(p, x0), RELCL_BUF_NONE,
-                              A(p, x0), A(p, keep)));
+    TRY(relcl__dropout_forward(p->ctx, (size_t)rows * p->D, p->p, p->seed, stream, A(p, x0),
+                              RELCL_BUF_NONE, A(p, x0), A(p, keep)));
   return RELCL_OK;
 }
 

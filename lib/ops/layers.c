@@ -364,13 +364,24 @@ relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl
 
 /* ---- embedding ---- */
 
-relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int vocab,
-                                      relcl_buf ids, relcl_buf table, float scale,
-                                      relcl_buf out) {
+/* embed_fwd, with drop (not NULL) its dropout mode: p, seed, stream and the keep bits */
+typedef struct {
+  float p;
+  uint64_t seed, stream;
+  relcl_buf keep;
+} embed_drop;
+
+static relcl_status embed_fwd(relcl_context *ctx, int n, int d, int vocab, relcl_buf ids,
+                              relcl_buf table, float scale, relcl_buf out,
+                              const embed_drop *drop) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "embed_fwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  cl_uint v[6] = {0, 0, 0, 0, 0, 0};
+  float ds = 1.0f;
+  if (drop) drop_params(drop->p, drop->seed, drop->stream, v, &ds);
+  const int dropping = drop != NULL;
   relcl__buf_arg(&a, ids, NULL);
   relcl__buf_arg(&a, table, NULL);
   relcl__buf_arg(&a, out, NULL);
@@ -378,8 +389,35 @@ relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int voca
   RELCL__ARG(&a, d);
   RELCL__ARG(&a, vocab);
   RELCL__ARG(&a, scale);
+  RELCL__ARG(&a, dropping);
+  relcl__buf_arg(&a, drop ? drop->keep : out, NULL); /* not read without drop */
+  RELCL__ARG(&a, v[0]);
+  RELCL__ARG(&a, ds);
+  for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
   if (relcl__row_item(ctx)) return launch_nd(ctx, k, &a, 1, (size_t)n, 1, 1); /* a row each */
   return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n, 1);
+}
+
+relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int vocab,
+                                      relcl_buf ids, relcl_buf table, float scale,
+                                      relcl_buf out) {
+  return embed_fwd(ctx, n, d, vocab, ids, table, scale, out, NULL);
+}
+
+relcl_status relcl__embedding_dropout_forward(relcl_context *ctx, int n, int d, int vocab,
+                                              relcl_buf ids, relcl_buf table, float scale,
+                                              float p, uint64_t seed, uint64_t stream,
+                                              relcl_buf out, relcl_buf keep) {
+  /* in one launch where the rows are whole words of keep bits and dropout_launch keeps them */
+  if (relcl__row_item(ctx) && p > 0.0f && keep.mem && d % 32 == 0) {
+    const embed_drop drop = {p, seed, stream, keep};
+    return embed_fwd(ctx, n, d, vocab, ids, table, scale, out, &drop);
+  }
+  relcl_status st = embed_fwd(ctx, n, d, vocab, ids, table, scale, out, NULL);
+  return st == RELCL_OK && p > 0.0f ? relcl__dropout_forward(ctx, (size_t)n * (size_t)d, p,
+                                                             seed, stream, out, RELCL_BUF_NONE,
+                                                             out, keep)
+                                    : st;
 }
 
 relcl_status relcl_embedding_forward(relcl_context *ctx, int n, int d, int vocab,

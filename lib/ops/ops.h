@@ -77,6 +77,13 @@ relcl_status relcl__layernorm_dropout_backward(relcl_context *ctx, int rows, int
 relcl_status relcl__embedding_forward(relcl_context *ctx, int n, int d, int vocab,
                                       relcl_buf ids, relcl_buf table, float scale,
                                       relcl_buf out);
+/* relcl__embedding_forward, then (p > 0) relcl__dropout_forward(n d, p, seed, stream, out,
+ * none, out, keep) in place; in one launch on CPUs where d is a multiple of 32 and keep is
+ * given (the embeddings in training). The same bits either way. */
+relcl_status relcl__embedding_dropout_forward(relcl_context *ctx, int n, int d, int vocab,
+                                              relcl_buf ids, relcl_buf table, float scale,
+                                              float p, uint64_t seed, uint64_t stream,
+                                              relcl_buf out, relcl_buf keep);
 relcl_status relcl__embedding_backward(relcl_context *ctx, int n_tokens, int d, int vocab,
                                        relcl_buf tokens, relcl_buf offsets,
                                        relcl_buf positions, relcl_buf dout, float scale,
