@@ -39,6 +39,23 @@ inline int8 keep_bits8(__global const uint *keep, uint e) {
   return vload8(0, t);
 }
 
+/* Dropout's masks for `runs` (1 .. RELCL_DROP_RUNS) runs of 32 elements from Philox call q0,
+ * as dropout_apply makes them (the runs' rounds interleaved where all RELCL_DROP_RUNS are
+ * there), their words of keep bits written to keep from word q0 / 8 (a row of whole words:
+ * ln_fwd's dropout mode, embed_fwd's) */
+inline void keep_runs(int8 mk[4 * RELCL_DROP_RUNS], int runs, uint q0, __global uint *keep,
+                      uint threshold, uint seed_lo, uint seed_hi, uint stream_lo,
+                      uint stream_hi) {
+  uint words[RELCL_DROP_RUNS];
+  if (runs == RELCL_DROP_RUNS)
+    relcl_keep_masks_runs(mk, words, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
+  else
+    for (int g = 0; g < runs; g++)
+      words[g] = relcl_keep_masks32(mk + 4 * g, q0 + 8u * (uint)g, stream_lo, stream_hi,
+                                    seed_lo, seed_hi, threshold);
+  for (int g = 0; g < runs; g++) keep[q0 / 8u + (uint)g] = words[g];
+}
+
 /* ---- layer norm: a work-group or a work-item per row (common.cl) ---- */
 
 /* With add 1 the row normalized is res + (x + xb), xb a row of d (a linear layer's
@@ -78,16 +95,9 @@ __kernel void ln_fwd(__global const float *x, uint x_off, __global const float *
      * dropout_apply's), then the row's last words one by one */
     for (int c0 = 0; c0 < d; c0 += 32 * RELCL_DROP_RUNS) {
       const int runs = min(RELCL_DROP_RUNS, (d - c0) / 32);
-      const uint q0 = (e0 + (uint)c0) / 4u;
       int8 mk[4 * RELCL_DROP_RUNS];
-      uint words[RELCL_DROP_RUNS];
-      if (runs == RELCL_DROP_RUNS)
-        relcl_keep_masks_runs(mk, words, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
-      else
-        for (int g = 0; g < runs; g++)
-          words[g] = relcl_keep_masks32(mk + 4 * g, q0 + 8u * (uint)g, stream_lo, stream_hi,
-                                        seed_lo, seed_hi, threshold);
-      for (int g = 0; g < runs; g++) keep[keep_off + q0 / 8u + (uint)g] = words[g];
+      keep_runs(mk, runs, (e0 + (uint)c0) / 4u, keep + keep_off, threshold, seed_lo, seed_hi,
+                stream_lo, stream_hi);
       for (int b = 0; b < 4 * runs; b++) {
         const int c = c0 + 8 * b;
         const float8 u = select((float8)(0.0f), (vload8(0, xr + c) + vload8(0, xb + c)) *
@@ -504,16 +514,9 @@ __kernel void embed_fwd(__global const int *ids, uint ids_off, __global const fl
   if (drop) /* the row as dropout_apply's work-items: RELCL_DROP_RUNS words at a time */
     for (int c0 = 0; c0 < d; c0 += 32 * RELCL_DROP_RUNS) {
       const int runs = min(RELCL_DROP_RUNS, (d - c0) / 32);
-      const uint q0 = ((uint)t * (uint)d + (uint)c0) / 4u;
       int8 mk[4 * RELCL_DROP_RUNS];
-      uint words[RELCL_DROP_RUNS];
-      if (runs == RELCL_DROP_RUNS)
-        relcl_keep_masks_runs(mk, words, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);
-      else
-        for (int g = 0; g < runs; g++)
-          words[g] = relcl_keep_masks32(mk + 4 * g, q0 + 8u * (uint)g, stream_lo, stream_hi,
-                                        seed_lo, seed_hi, threshold);
-      for (int g = 0; g < runs; g++) keep[keep_off + q0 / 8u + (uint)g] = words[g];
+      keep_runs(mk, runs, ((uint)t * (uint)d + (uint)c0) / 4u, keep + keep_off, threshold,
+                seed_lo, seed_hi, stream_lo, stream_hi);
       for (int b = 0; b < 4 * runs; b++)
         vstore8(select((float8)(0.0f), vload8(0, o + c0 + 8 * b) * drop_scale, mk[b]), 0,
                 o + c0 + 8 * b);

@@ -123,28 +123,39 @@ static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK
 
 /* ---- layer norm ---- */
 
-/* ln_fwd's dropout mode (relcl__bias_dropout_residual_layernorm): dropout_launch's
- * arguments, the sum's buffer and its keep bits */
+/* The dropout mode of ln_fwd (relcl__bias_dropout_residual_layernorm) and embed_fwd
+ * (relcl__embedding_dropout_forward): dropout_launch's p, seed and stream, and where the keep
+ * bits go */
 typedef struct {
   float p;
   uint64_t seed, stream;
-  relcl_buf sx, keep;
-} ln_fwd_drop;
+  relcl_buf keep;
+} row_drop;
+
+/* A dropout mode's kernel arguments, in both kernels' order (keep, its offset, threshold,
+ * scale, seed and stream words); without drop, placeholders (at's buffer) the kernel does
+ * not read */
+static void row_drop_args(relcl__args *a, const row_drop *drop, relcl_buf at) {
+  cl_uint v[6] = {0, 0, 0, 0, 0, 0};
+  float scale = 1.0f;
+  if (drop) drop_params(drop->p, drop->seed, drop->stream, v, &scale);
+  relcl__buf_arg(a, drop ? drop->keep : at, NULL);
+  RELCL__ARG(a, v[0]);
+  RELCL__ARG(a, scale);
+  for (int i = 1; i < 5; i++) RELCL__ARG(a, v[i]);
+}
 
 /* ln_fwd of x, or with xb.mem of res + (x + xb), or with drop of res + dropout(x + xb) into
- * drop->sx (kernels/layers.cl) */
+ * sx (kernels/layers.cl) */
 static relcl_status ln_fwd(relcl_context *ctx, int rows, int d, float eps, relcl_buf x,
                            relcl_buf xb, relcl_buf res, relcl_buf gain, relcl_buf bias,
-                           relcl_buf y, relcl_buf mean, relcl_buf rstd,
-                           const ln_fwd_drop *drop) {
+                           relcl_buf y, relcl_buf mean, relcl_buf rstd, const row_drop *drop,
+                           relcl_buf sx) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "ln_fwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
   const int add = drop ? 2 : xb.mem != NULL;
-  cl_uint v[6] = {0, 0, 0, 0, 0, 0};
-  float scale = 1.0f;
-  if (drop) drop_params(drop->p, drop->seed, drop->stream, v, &scale);
   relcl__buf_arg(&a, x, NULL);
   relcl__buf_arg(&a, gain, NULL);
   relcl__buf_arg(&a, bias, NULL);
@@ -157,11 +168,8 @@ static relcl_status ln_fwd(relcl_context *ctx, int rows, int d, float eps, relcl
   RELCL__ARG(&a, add);
   relcl__buf_arg(&a, add ? xb : x, NULL); /* not read without add */
   relcl__buf_arg(&a, add ? res : x, NULL);
-  relcl__buf_arg(&a, drop ? drop->sx : y, NULL); /* nor these without dropout */
-  relcl__buf_arg(&a, drop ? drop->keep : y, NULL);
-  RELCL__ARG(&a, v[0]);
-  RELCL__ARG(&a, scale);
-  for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
+  relcl__buf_arg(&a, drop ? sx : y, NULL); /* nor sx without dropout */
+  row_drop_args(&a, drop, y);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
 }
 
@@ -169,14 +177,14 @@ relcl_status relcl__layernorm_forward(relcl_context *ctx, int rows, int d, float
                                       relcl_buf x, relcl_buf gain, relcl_buf bias, relcl_buf y,
                                       relcl_buf mean, relcl_buf rstd) {
   return ln_fwd(ctx, rows, d, eps, x, RELCL_BUF_NONE, RELCL_BUF_NONE, gain, bias, y, mean,
-                rstd, NULL);
+                rstd, NULL, RELCL_BUF_NONE);
 }
 
 relcl_status relcl__layernorm_add_forward(relcl_context *ctx, int rows, int d, float eps,
                                           relcl_buf x, relcl_buf xb, relcl_buf res,
                                           relcl_buf gain, relcl_buf bias, relcl_buf y,
                                           relcl_buf mean, relcl_buf rstd) {
-  return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd, NULL);
+  return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd, NULL, RELCL_BUF_NONE);
 }
 
 relcl_status relcl__bias_dropout_residual_layernorm(relcl_context *ctx, int rows, int d,
@@ -187,8 +195,8 @@ relcl_status relcl__bias_dropout_residual_layernorm(relcl_context *ctx, int rows
                                                     relcl_buf mean, relcl_buf rstd) {
   /* in one pass where the rows are whole words of keep bits and dropout_launch keeps them */
   if (relcl__row_item(ctx) && p > 0.0f && keep.mem && xb.mem && d % 32 == 0) {
-    const ln_fwd_drop drop = {p, seed, stream, sx, keep};
-    return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd, &drop);
+    const row_drop drop = {p, seed, stream, keep};
+    return ln_fwd(ctx, rows, d, eps, x, xb, res, gain, bias, y, mean, rstd, &drop, sx);
   }
   relcl_status st =
       relcl__bias_dropout_residual(ctx, rows, d, p, seed, stream, x, xb, res, sx, keep);
@@ -364,23 +372,14 @@ relcl_status relcl_layernorm_backward(relcl_context *ctx, int rows, int d, relcl
 
 /* ---- embedding ---- */
 
-/* embed_fwd, with drop (not NULL) its dropout mode: p, seed, stream and the keep bits */
-typedef struct {
-  float p;
-  uint64_t seed, stream;
-  relcl_buf keep;
-} embed_drop;
-
+/* embed_fwd, with drop (not NULL) in its dropout mode */
 static relcl_status embed_fwd(relcl_context *ctx, int n, int d, int vocab, relcl_buf ids,
                               relcl_buf table, float scale, relcl_buf out,
-                              const embed_drop *drop) {
+                              const row_drop *drop) {
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "embed_fwd", &k);
   if (st != RELCL_OK) return st;
   relcl__args a = {k->kernel, 0, CL_SUCCESS};
-  cl_uint v[6] = {0, 0, 0, 0, 0, 0};
-  float ds = 1.0f;
-  if (drop) drop_params(drop->p, drop->seed, drop->stream, v, &ds);
   const int dropping = drop != NULL;
   relcl__buf_arg(&a, ids, NULL);
   relcl__buf_arg(&a, table, NULL);
@@ -390,10 +389,7 @@ static relcl_status embed_fwd(relcl_context *ctx, int n, int d, int vocab, relcl
   RELCL__ARG(&a, vocab);
   RELCL__ARG(&a, scale);
   RELCL__ARG(&a, dropping);
-  relcl__buf_arg(&a, drop ? drop->keep : out, NULL); /* not read without drop */
-  RELCL__ARG(&a, v[0]);
-  RELCL__ARG(&a, ds);
-  for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
+  row_drop_args(&a, drop, out);
   if (relcl__row_item(ctx)) return launch_nd(ctx, k, &a, 1, (size_t)n, 1, 1); /* a row each */
   return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n, 1);
 }
@@ -410,7 +406,7 @@ relcl_status relcl__embedding_dropout_forward(relcl_context *ctx, int n, int d, 
                                               relcl_buf out, relcl_buf keep) {
   /* in one launch where the rows are whole words of keep bits and dropout_launch keeps them */
   if (relcl__row_item(ctx) && p > 0.0f && keep.mem && d % 32 == 0) {
-    const embed_drop drop = {p, seed, stream, keep};
+    const row_drop drop = {p, seed, stream, keep};
     return embed_fwd(ctx, n, d, vocab, ids, table, scale, out, &drop);
   }
   relcl_status st = embed_fwd(ctx, n, d, vocab, ids, table, scale, out, NULL);
