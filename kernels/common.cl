@@ -113,6 +113,12 @@ inline void relcl_philox8_runs(uint8 w[RELCL_DROP_RUNS][4], ulong q0, uint strea
     _Pragma("unroll") for (int i = 0; i < 4; i++) w[g][i] = convert_uint8(c[g][i]);
 }
 
+/* Bits sh .. sh + 7 of word (sh at most 24) as masks, -1 where set and 0 where not */
+inline int8 relcl_bits8(uint word, uint sh) {
+  return -as_int8(((uint8)(word) >> ((uint8)(sh) + (uint8)(0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u))) &
+                  (uint8)(1u));
+}
+
 /* The 32 decisions of eight consecutive calls, from their words w (relcl_philox8), in element
  * order: element 4c + w is word w of call c, and mk[b] lane l is element 8b + l's, -1 where
  * kept and 0 where dropped. Returns them as a word of keep bits, bit e element e's (layers.cl's
@@ -132,9 +138,7 @@ inline uint relcl_masks_of(int8 mk[4], const uint8 w[4], uint threshold) {
   uint h[2];
   vstore2(h2, 0, h);
   const uint word = h[0] | h[1];
-  for (int b = 0; b < 4; b++)
-    mk[b] = -as_int8(((uint8)(word >> (8 * b)) >> (uint8)(0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u)) &
-                     (uint8)(1u));
+  for (int b = 0; b < 4; b++) mk[b] = relcl_bits8(word, 8u * (uint)b);
   return word;
 }
 

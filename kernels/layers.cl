@@ -16,14 +16,7 @@
 
 /* Keep bits: element e's decision is bit e mod 32 of word e / 32, 1 kept, 0 dropped; in the
  * item shape's masks (mk[b] lane l: element 8b + l of a run of 32), bit 8b + l of the run's
- * word (common.cl's relcl_masks_of makes both). keep_masks unpacks a word through a private
- * array: Oclgrind's uninitialized-value checker crashes on a vector's lanes taken one by one
- * (t.s0 | t.s1 ...). */
-inline void keep_masks(int8 *mk, uint word) {
-  int e[32];
-  for (int i = 0; i < 32; i++) e[i] = -(int)((word >> i) & 1u);
-  for (int b = 0; b < 4; b++) mk[b] = vload8(b, e);
-}
+ * word (common.cl's relcl_masks_of makes both, relcl_bits8 takes masks out of a word). */
 
 /* Keep bit e as 0 or 1 */
 inline uint keep_bit(__global const uint *keep, uint e) { return (keep[e >> 5] >> (e & 31u)) & 1u; }
@@ -31,9 +24,7 @@ inline uint keep_bit(__global const uint *keep, uint e) { return (keep[e >> 5] >
 /* Keep bits e .. e+7 as masks (-1 kept, 0 dropped): one word's shift where they share it */
 inline int8 keep_bits8(__global const uint *keep, uint e) {
   const uint sh = e & 31u;
-  if (sh <= 24u)
-    return -as_int8(((uint8)(keep[e >> 5]) >> ((uint8)(sh) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7))) &
-                    (uint8)(1u));
+  if (sh <= 24u) return relcl_bits8(keep[e >> 5], sh);
   int t[8];
   for (uint l = 0; l < 8u; l++) t[l] = -(int)keep_bit(keep, e + l);
   return vload8(0, t);
@@ -646,9 +637,8 @@ inline void drop_eight(__global const float *x, __global const float *bias,
 __kernel void dropout_apply(__global const float *x, uint x_off, __global const float *bias,
                             uint b_off, __global const float *res, uint r_off,
                             __global float *y, uint y_off, uint n, uint cols, int flags,
-                            uint threshold, float scale, uint seed_lo, uint seed_hi,
-                            uint stream_lo, uint stream_hi, __global uint *keep,
-                            uint keep_off) {
+                            __global uint *keep, uint keep_off, uint threshold, float scale,
+                            uint seed_lo, uint seed_hi, uint stream_lo, uint stream_hi) {
   const int drop = flags & RELCL_DROP;
   const float s = drop ? scale : 1.0f;
   const uint calls = (n + 3) / 4;
@@ -669,7 +659,8 @@ __kernel void dropout_apply(__global const float *x, uint x_off, __global const 
   /* the runs that start before n, and their words i0 / 32 + g of the keep bits */
   const uint runs = min((uint)RELCL_DROP_RUNS, (calls - q0 + 7) / 8);
   if (drop && (flags & RELCL_KEEP_LOAD)) {
-    for (uint g = 0; g < runs; g++) keep_masks(mk + 4 * g, keep[i0 / 32 + g]);
+    for (uint g = 0; g < runs; g++)
+      for (int b = 0; b < 4; b++) mk[4 * g + b] = relcl_bits8(keep[i0 / 32 + g], 8u * (uint)b);
   } else if (drop) {
     uint words[RELCL_DROP_RUNS];
     relcl_keep_masks_runs(mk, words, q0, stream_lo, stream_hi, seed_lo, seed_hi, threshold);

@@ -123,23 +123,24 @@ static int chunks_of(int rows) { return (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK
 
 /* ---- layer norm ---- */
 
-/* The dropout mode of ln_fwd (relcl__bias_dropout_residual_layernorm) and embed_fwd
- * (relcl__embedding_dropout_forward): dropout_launch's p, seed and stream, and where the keep
- * bits go */
+/* A dropout's p, seed and stream and its keep bits: dropout_launch's, and the dropout modes of
+ * ln_fwd (relcl__bias_dropout_residual_layernorm) and embed_fwd
+ * (relcl__embedding_dropout_forward) */
 typedef struct {
   float p;
   uint64_t seed, stream;
   relcl_buf keep;
 } row_drop;
 
-/* A dropout mode's kernel arguments, in both kernels' order (keep, its offset, threshold,
- * scale, seed and stream words); without drop, placeholders (at's buffer) the kernel does
- * not read */
-static void row_drop_args(relcl__args *a, const row_drop *drop, relcl_buf at) {
+/* Dropout's kernel arguments, in the order dropout_apply, ln_fwd and embed_fwd take them:
+ * the keep bits, threshold, scale, seed and stream words. Without drop the kernel reads
+ * none of them: the numbers are zeros and the keep argument is `unused`, a buffer OpenCL 1.2
+ * wants there (as it is where drop->keep has none). */
+static void row_drop_args(relcl__args *a, const row_drop *drop, cl_mem unused) {
   cl_uint v[6] = {0, 0, 0, 0, 0, 0};
   float scale = 1.0f;
   if (drop) drop_params(drop->p, drop->seed, drop->stream, v, &scale);
-  relcl__buf_arg(a, drop ? drop->keep : at, NULL);
+  relcl__buf_arg(a, drop ? drop->keep : RELCL_BUF_NONE, unused);
   RELCL__ARG(a, v[0]);
   RELCL__ARG(a, scale);
   for (int i = 1; i < 5; i++) RELCL__ARG(a, v[i]);
@@ -169,7 +170,7 @@ static relcl_status ln_fwd(relcl_context *ctx, int rows, int d, float eps, relcl
   relcl__buf_arg(&a, add ? xb : x, NULL); /* not read without add */
   relcl__buf_arg(&a, add ? res : x, NULL);
   relcl__buf_arg(&a, drop ? sx : y, NULL); /* nor sx without dropout */
-  row_drop_args(&a, drop, y);
+  row_drop_args(&a, drop, y.mem);
   return launch_rows(ctx, k, &a, (size_t)rows, (size_t)d, 1);
 }
 
@@ -389,7 +390,7 @@ static relcl_status embed_fwd(relcl_context *ctx, int n, int d, int vocab, relcl
   RELCL__ARG(&a, vocab);
   RELCL__ARG(&a, scale);
   RELCL__ARG(&a, dropping);
-  row_drop_args(&a, drop, out);
+  row_drop_args(&a, drop, out.mem);
   if (relcl__row_item(ctx)) return launch_nd(ctx, k, &a, 1, (size_t)n, 1, 1); /* a row each */
   return launch_nd(ctx, k, &a, 2, (size_t)d, (size_t)n, 1);
 }
@@ -536,10 +537,8 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, fl
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "layers", "dropout_apply", &k);
   if (st != RELCL_OK) return st;
-  cl_uint v[6];
-  float scale;
-  drop_params(p, seed, stream, v, &scale);
   const bool keeps = keep.mem != NULL && p > 0.0f && relcl__row_item(ctx);
+  const row_drop drop = {p, seed, stream, keeps ? keep : RELCL_BUF_NONE};
   flags |= (p > 0.0f ? RELCL_DROP : 0) | (res.mem ? RELCL_RESIDUAL : 0) |
            (bias.mem ? RELCL_BIAS : 0) | (keeps ? keep_flag : 0);
   cl_uint count = (cl_uint)n, ncols = (cl_uint)cols;
@@ -551,10 +550,7 @@ static relcl_status dropout_launch(relcl_context *ctx, size_t n, size_t cols, fl
   RELCL__ARG(&a, count);
   RELCL__ARG(&a, ncols);
   RELCL__ARG(&a, flags);
-  RELCL__ARG(&a, v[0]);
-  RELCL__ARG(&a, scale);
-  for (int i = 1; i < 5; i++) RELCL__ARG(&a, v[i]);
-  relcl__buf_arg(&a, keeps ? keep : RELCL_BUF_NONE, x.mem);
+  row_drop_args(&a, &drop, x.mem);
   /* a Philox call per four elements, a work-item per call; in the item shape a work-item per
    * 8 RELCL_DROP_RUNS calls, launched as rows are (groups of up to 64: 128 took 1.5 times as
    * long on a CPU without dropout) */
