@@ -69,10 +69,10 @@ static size_t transpose_side(const relcl_context *ctx) { return ctx->row_item ? 
 
 /* relcl__transpose, with panel > 0 into panels of that many of out's columns, panel_stride
  * floats apart, and with sums.mem set x's partial column sums there (chunks of
- * transpose_side() rows, cols floats apart: kernels/util.cl) */
+ * transpose_side() rows, cols floats apart: kernels/util.cl); its event in ev (may be NULL) */
 static relcl_status transpose_run(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
                                   size_t ld, relcl_buf out, size_t ld_out, size_t panel,
-                                  size_t panel_stride, relcl_buf sums) {
+                                  size_t panel_stride, relcl_buf sums, cl_event *ev) {
   if (rows == 0 || cols == 0) return RELCL_OK;
   relcl__kernel_entry *k;
   relcl_status st = relcl__kernel(ctx, "util", "transpose", &k);
@@ -91,19 +91,17 @@ static relcl_status transpose_run(relcl_context *ctx, relcl_buf x, size_t rows, 
   const cl_int with_sums = sums.mem != NULL;
   relcl__buf_arg(&a, sums, out.mem);
   RELCL__ARG(&a, with_sums);
-  if (a.err != CL_SUCCESS) return relcl__cl_fail(a.err, "clSetKernelArg(transpose)");
   /* blocks of 8 x 8 a work-item, or of 16 x 16 in the item shape (kernels/util.cl) */
   const size_t side = transpose_side(ctx);
   const size_t bc = (cols + side - 1) / side;
   size_t wg[2] = {relcl__wg(ctx, bc, k->max_wg < 16 ? k->max_wg : 16), 1};
   size_t global[2] = {(bc + wg[0] - 1) / wg[0] * wg[0], (rows + side - 1) / side};
-  cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, 2, NULL, global, wg, 0, NULL, NULL);
-  return err == CL_SUCCESS ? RELCL_OK : relcl__cl_fail(err, "clEnqueueNDRangeKernel(transpose)");
+  return relcl__enqueue(ctx, k, &a, 2, global, wg, ev);
 }
 
 relcl_status relcl__transpose(relcl_context *ctx, relcl_buf x, size_t rows, size_t cols,
                               size_t ld, relcl_buf out, size_t ld_out) {
-  return transpose_run(ctx, x, rows, cols, ld, out, ld_out, 0, 0, RELCL_BUF_NONE);
+  return transpose_run(ctx, x, rows, cols, ld, out, ld_out, 0, 0, RELCL_BUF_NONE, NULL);
 }
 
 /* Scratch for the partial column sums of a rows x cols matrix, one row of them for each
@@ -125,7 +123,7 @@ static relcl_status transposed_copy(relcl_context *ctx, relcl_buf x, size_t rows
     s = relcl_buf_at(sums->part, 0);
   }
   return st == RELCL_OK
-             ? transpose_run(ctx, x, rows, cols, ld, relcl_buf_at(*out, 0), rows, 0, 0, s)
+             ? transpose_run(ctx, x, rows, cols, ld, relcl_buf_at(*out, 0), rows, 0, 0, s, NULL)
              : st;
 }
 
@@ -202,7 +200,7 @@ static relcl_status panels_into(relcl_context *ctx, bool trans, relcl__kernel_en
   *panel = k * w;
   if (trans) /* B's rows are op(B)'s columns */
     return transpose_run(ctx, b, n, k, ldb, relcl_buf_at(out, 0), w, w, k * w,
-                         RELCL_BUF_NONE);
+                         RELCL_BUF_NONE, NULL);
   relcl__args args = {kern->kernel, 0, CL_SUCCESS};
   const cl_uint lb = (cl_uint)ldb, kk = (cl_uint)k, nn = (cl_uint)n;
   relcl__buf_arg(&args, b, NULL);
@@ -765,14 +763,21 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   relcl_status st;
   if (k == 0) /* an empty sum: C = beta C, which CLBlast does not accept */
     return relcl__fail(RELCL_ERR_INVALID_ARG, "GEMM with an empty inner dimension");
-  /* CLBlast returns the event of its last kernel only, and its indirect GEMM runs up to four
-   * (padding and transposing A, B and C around the product): a marker before the call lets
-   * the profile time all of them. */
-  cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
-  if (evp && clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS)
-    start = NULL;
   size_t len;
   const how_t how = route(ctx, trans_a, trans_b, m, n, k, batch, &len);
+  /* The profile times a product from its first command's start to its last one's end. CLBlast
+   * returns the event of its last kernel only, and its indirect GEMM runs up to four (padding
+   * and transposing A, B and C around the product): a marker before the call stands for the
+   * first. relcl's own commands give their events themselves (ctx->span_first), which keeps
+   * markers out of the queue: each cost a profiled step as much time between commands as a
+   * small kernel (relcl-bench's default step under PoCL's tracing, Zen 5: 68 markers a step;
+   * the time between commands 3.2 -> 2.6 ms a step without them). */
+  cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
+  if (evp && (how == CLBLAST || how == CLBLAST_BATCHED)) {
+    if (clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &start) != CL_SUCCESS) start = NULL;
+  } else if (evp) {
+    ctx->span_first = &start;
+  }
   /* a single product for gemm_cpu_batch's blocks of rows (cpu_product) */
   const size_t chunk = how == CPU && batch == 1 ? narrow_chunk(ctx, trans_a, trans_b, m, k) : 0;
   /* only gemm_cpu's single products take an epilogue, and a bias only in a sum of one piece
@@ -829,7 +834,8 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     st = relcl__pool_get(ctx, n * m * sizeof(float), &ct);
     if (st == RELCL_OK && x->sums) st = column_sums(ctx, a, k, m, lda, x->sums);
     if (st == RELCL_OK && beta != 0.0f)
-      st = transpose_run(ctx, c, m, n, ldc, relcl_buf_at(ct, 0), m, 0, 0, RELCL_BUF_NONE);
+      st = transpose_run(ctx, c, m, n, ldc, relcl_buf_at(ct, 0), m, 0, 0, RELCL_BUF_NONE,
+                         NULL);
   }
   /* A's column sums by chunks of 16 rows (transpose_side with gemm_cpu_at), for x->sums,
    * where the transposed copy would have made them (RELCL_CPU_PACK_REUSE columns: the bits
@@ -874,7 +880,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
         st = at_product(ctx, m, n, kk, k0, alpha, ak, lda, bk, ldb, bb, c, ldc, at_sums, e);
         break;
       }
-      if (at_t) {
+      if (at_t) { /* the profile's end: the transpose back, below */
         st = at_product(ctx, n, m, kk, k0, alpha, bk, ldb, ak, lda, bb, relcl_buf_at(ct, 0), m,
                         RELCL_BUF_NONE, NULL);
         break;
@@ -902,13 +908,9 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
     }
     }
   }
-  if (at_t && st == RELCL_OK) { /* C = T^T, the profile's end after it */
-    st = transpose_run(ctx, relcl_buf_at(ct, 0), n, m, m, c, ldc, 0, 0, RELCL_BUF_NONE);
-    const cl_int err = st == RELCL_OK && evp
-                           ? clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, evp)
-                           : CL_SUCCESS;
-    if (err != CL_SUCCESS) st = relcl__cl_fail(err, "clEnqueueMarkerWithWaitList(gemm)");
-  }
+  if (at_t && st == RELCL_OK) /* C = T^T, the profile's end */
+    st = transpose_run(ctx, relcl_buf_at(ct, 0), n, m, m, c, ldc, 0, 0, RELCL_BUF_NONE, evp);
+  ctx->span_first = NULL;
   relcl__pool_put(ctx, pk); /* the queue is in order: the products have read them */
   relcl__pool_put(ctx, pa);
   relcl__pool_put(ctx, ct);

@@ -103,6 +103,10 @@ struct relcl_context {
   bool profile;         /* collect events */
   bool profile_print;   /* RELCL_PROFILE=1: print the table at destroy */
   bool queue_profiling; /* the queue was created with CL_QUEUE_PROFILING_ENABLE */
+  /* While a product runs in relcl's own kernels with profiling on (gemm.c): where its first
+   * command puts its event (relcl__enqueue fills it when empty), so that the product's time
+   * starts at that command's start with no marker of its own in the queue; else NULL */
+  cl_event *span_first;
   struct relcl__prof {
     char name[96];
     relcl_profile_part part;
@@ -112,7 +116,7 @@ struct relcl_context {
   } prof[256];
   int n_prof;
   struct relcl__pending {
-    cl_event start; /* a marker before the command(s), or NULL: then ev's own start */
+    cl_event start; /* the span's first command or a marker before it, or NULL: ev's own */
     cl_event ev;
     int entry; /* index into prof, or -1 when the table was full (still counted in totals) */
     relcl_profile_part part;
@@ -127,9 +131,9 @@ struct relcl_context {
  * m x n x k x batch or zeros) to be read later; without, release it. ev may be NULL. */
 void relcl__profile_event(relcl_context *ctx, const char *name, relcl_profile_part part,
                           const size_t shape[4], cl_event ev);
-/* The same for a routine that enqueues several commands but returns the event of its last
- * one only (CLBlast): its time runs from the end of `start`, a marker enqueued just before
- * it, to the end of ev. Takes both events. */
+/* The same for a routine that enqueues several commands: its time runs from the start of
+ * `start` (its first command; for CLBlast, which returns the event of its last one only, a
+ * marker enqueued just before it) to the end of ev, the last one's. Takes both events. */
 void relcl__profile_span(relcl_context *ctx, const char *name, relcl_profile_part part,
                          const size_t shape[4], cl_event start, cl_event ev);
 /* Where a command should put its event: &slot when profiling, else NULL. */

@@ -58,6 +58,8 @@ relcl_status relcl__enqueue(relcl_context *ctx, const relcl__kernel_entry *k,
     snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", k->name, args->index);
     return relcl__cl_fail(args->err, what);
   }
+  if (ev == NULL && ctx->span_first && *ctx->span_first == NULL)
+    ev = ctx->span_first; /* the first command of a product that is being profiled */
   cl_int err = clEnqueueNDRangeKernel(ctx->queue, k->kernel, dims, NULL, global, local, 0, NULL,
                                       ev);
   if (err == CL_SUCCESS) return RELCL_OK;

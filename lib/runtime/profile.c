@@ -69,10 +69,8 @@ void relcl__profile_resolve(relcl_context *ctx) {
     struct relcl__pending *p = &ctx->pending[i];
     cl_ulong t0 = 0, t1 = 0;
     if (clWaitForEvents(1, &p->ev) == CL_SUCCESS &&
-        (p->start ? clGetEventProfilingInfo(p->start, CL_PROFILING_COMMAND_END, sizeof t0, &t0,
-                                            NULL)
-                  : clGetEventProfilingInfo(p->ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0,
-                                            NULL)) == CL_SUCCESS &&
+        clGetEventProfilingInfo(p->start ? p->start : p->ev, CL_PROFILING_COMMAND_START,
+                                sizeof t0, &t0, NULL) == CL_SUCCESS &&
         clGetEventProfilingInfo(p->ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) ==
             CL_SUCCESS &&
         t1 >= t0) {
