@@ -262,10 +262,12 @@ static const layer_case cases[] = {
      * (512 + 268) over one copy. (Every B^T product above goes through panels.) */
     {OP_BATCHED, "single 260x1030x300 beta", 260, 1030, 300, 0, 12},
     {OP_BATCHED, "single A^T 256x1030x780", 256, 1030, 780, 0, 9},
-    /* the same with rows under a page apart and with a sum of 65 to 256 (every width packs
-     * them since session 33) */
+    /* the same with rows under a page apart and with a sum of 65 to 256: in panels with 8
+     * floats or fewer a vector, in place on AVX-512 devices below 2048 rows (gemm.c's
+     * pack_b), in panels from there (the last case, with a last panel of 4 columns) */
     {OP_BATCHED, "single 300x200x400 beta", 300, 200, 400, 0, 12},
     {OP_BATCHED, "single 270x100x200", 270, 100, 200, 0, 8},
+    {OP_BATCHED, "single 2050x100x200 beta", 2050, 100, 200, 0, 12},
     /* A transposed, its rows 1024 floats or more apart; slices of 512 + 288 */
     {OP_BATCHED, "single A^T 1030x260x300 beta", 1030, 260, 300, 0, 13},
     {OP_BATCHED, "single A^T 1025x256x800", 1025, 256, 800, 0, 9},

@@ -185,6 +185,21 @@ static relcl_status column_sums(relcl_context *ctx, relcl_buf x, size_t rows, si
 #define RELCL_CPU_PACK_K RELCL_CPU_NARROW_K
 #define RELCL_CPU_PACK_REUSE 256
 
+/* Whether gemm_cpu reads a B as laid out (ldb floats apart, C m rows) through panels, by the
+ * rule above; on AVX-512 devices since session 43 only where B's rows are a page or more
+ * apart (ldb 1024 or more) or C has 2048 rows or more: with fewer rows the copy's own pass,
+ * and its command, cost more than the product gains. Zen 5 (1 MB L2), a harness alternating
+ * both rules in one process (medians of 31 to 41 pairs, the same bits), input gradients
+ * dx = dy W, m x n x k: 512x128x512 0.96, 512x512x128 0.98, 768x128x512 0.85, 960x512x128
+ * 0.87, 1536x128x2000 0.97, 1536x256x768 0.94, 1048x256x8000 (issue 8's output layer)
+ * 0.98, 856x256x8000 0.95 of the time without the panels; with them kept: 1536x1024x256
+ * 1.09 and 2048x1024x256 1.12 (rows 4 KB apart), 2048x256x1024 1.10 without. relcl-bench's
+ * default step (the tiny preset, 512 rows), two builds alternated, 200 pairs, twice: 0.985
+ * and 0.984 of the time. */
+static bool pack_b(const relcl_context *ctx, size_t m, size_t ldb) {
+  return ctx->cpu_vec >= 16 ? m >= 2048 || ldb >= 1024 : m >= RELCL_CPU_PACK_REUSE;
+}
+
 /* The floats of op(B)'s panels (k x n in panels of w = 2 W columns), or 0 where a transposed
  * B cannot go into them (w not a multiple of the transpose's block side) */
 static size_t panels_floats(const relcl_context *ctx, bool trans, size_t k, size_t n) {
@@ -847,7 +862,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
   }
   cl_mem pk = NULL;
   size_t b_panel = 0;
-  if (long_single && !at && !at_t && !trans_b && m >= RELCL_CPU_PACK_REUSE) {
+  if (long_single && !at && !at_t && !trans_b && pack_b(ctx, m, ldb)) {
     st = panels(ctx, false, b, ldb, k, n, &pk, &b_panel);
     if (st == RELCL_OK) b = relcl_buf_at(pk, 0), ldb = 2 * (size_t)ctx->cpu_vec;
   }
