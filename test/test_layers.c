@@ -253,13 +253,16 @@ static const layer_case cases[] = {
     {OP_BATCHED, "single 17x33x129 beta", 17, 33, 129, 0, 12},
     {OP_BATCHED, "single B^T 17x100x64 (decoder label values)", 17, 100, 64, 0, 10},
     {OP_BATCHED, "single A^T 9x130x7", 9, 130, 7, 0, 9},
-    /* a long weight gradient, in slices of 512 (512 + 488); a wide B (over 512 columns),
-     * whose work-items go down the rows first */
+    /* a long weight gradient, in slices (on AVX-512 devices the fewest of at most 768, of
+     * equal length in multiples of 16: 512 + 488, 576 + 576 + 548); a wide B (over 512
+     * columns), whose work-items go down the rows first */
     {OP_BATCHED, "single A^T 20x40x1000 beta", 20, 40, 1000, 0, 13},
+    {OP_BATCHED, "single A^T 24x40x1700 beta", 24, 40, 1700, 0, 13},
     {OP_BATCHED, "single B^T 10x600x5", 10, 600, 5, 0, 10},
     /* B as laid out, its rows 1024 floats or more apart, read in panels (gemm.c's panels():
      * k over 256, 256 rows or more), the last one of 6 columns; a weight gradient's slices
-     * (512 + 268) over one copy. (Every B^T product above goes through panels.) */
+     * (2 x 400 on AVX-512 devices: 400 + 380) over one copy. (Every B^T product above goes
+     * through panels.) */
     {OP_BATCHED, "single 260x1030x300 beta", 260, 1030, 300, 0, 12},
     {OP_BATCHED, "single A^T 256x1030x780", 256, 1030, 780, 0, 9},
     /* the same with rows under a page apart and with a sum of 65 to 256: in panels with 8
@@ -268,7 +271,7 @@ static const layer_case cases[] = {
     {OP_BATCHED, "single 300x200x400 beta", 300, 200, 400, 0, 12},
     {OP_BATCHED, "single 270x100x200", 270, 100, 200, 0, 8},
     {OP_BATCHED, "single 2050x100x200 beta", 2050, 100, 200, 0, 12},
-    /* A transposed, its rows 1024 floats or more apart; slices of 512 + 288 */
+    /* A transposed, its rows 1024 floats or more apart; slices of 400 + 400 (AVX-512) */
     {OP_BATCHED, "single A^T 1030x260x300 beta", 1030, 260, 300, 0, 13},
     {OP_BATCHED, "single A^T 1025x256x800", 1025, 256, 800, 0, 9},
     /* A as laid out and a sum over 1024: slices of 512 on AVX-512 devices (512 + 512 + 276),

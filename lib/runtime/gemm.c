@@ -684,8 +684,9 @@ static how_t route(const relcl_context *ctx, bool trans_a, bool trans_b, size_t 
      * step against 4.6 in relcl's earlier labels_shared kernel) */
     how = CPU_BT;
   } else if (batch == 1 && ctx->gemm_cpu) {
-    /* A weight gradient (A transposed) with a long sum goes in slices of 512 on AVX-512
-     * devices: each slice's panels of A and B then stay in cache. Zen 5, a harness: A^T
+    /* A weight gradient (A transposed) with a long sum goes in slices (of 512 until session
+     * 43, of at most 768 since: below) on AVX-512 devices: each slice's panels of A and B
+     * then stay in cache. Zen 5, a harness: A^T
      * 1024x256x4000 341 GFLOP/s against 216 in one piece, 256x1024x4000 236 against 198,
      * 8000x256x1048 354 against 315. The other products run their whole sum at once
      * (1048x256x8000: 530 in one piece). With 8 floats or fewer a vector, op(A) is copied out
@@ -702,7 +703,19 @@ static how_t route(const relcl_context *ctx, bool trans_a, bool trans_b, size_t 
      * 14.4 ms (128 -> 299 GFLOP/s), 856x256x8000 27.8 -> 12.1; slices of 768 and 1024 within
      * 5% of 512, of 2048 25.7 ms. */
     how = CPU;
-    if (ctx->cpu_vec >= 16 && (trans_a ? k > 768 : k > 1024)) *len = 512;
+    if (ctx->cpu_vec >= 16 && trans_a && k > RELCL_CPU_AT_K) {
+      /* Since session 43 a weight gradient's slices are the fewest of at most
+       * RELCL_CPU_AT_K (gemm_cpu_at's longest), of equal length in multiples of 16 (its bias
+       * sums' chunks), where they were 512 and what was left: each slice reads and writes
+       * all of C, so a short last one cost as much as a long one there. Zen 5, two builds
+       * alternated in one process (41 pairs): the output layer's A^T 8000x256x1048 (512 +
+       * 512 + 24 -> 2 x 528) 0.97 and 0.96 of the time, 8000x256x856 (2 x 432) 0.99,
+       * 256x256x4000 (6 x 672) 0.98, the others 0.99-1.00. */
+      const size_t pieces = (k + RELCL_CPU_AT_K - 1) / RELCL_CPU_AT_K;
+      *len = ((k + pieces - 1) / pieces + 15) / 16 * 16;
+    } else if (ctx->cpu_vec >= 16 && k > 1024) {
+      *len = 512;
+    }
   } else if (batch == 1) {
     how = CLBLAST;
     const size_t chunk = ctx->gemm_k_chunk;
