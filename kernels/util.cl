@@ -75,15 +75,14 @@ __kernel void column_sums(__global const float *in, uint in_off, uint ld_in, uin
                  min(rows - r0, T_SIDE), min(cols - c0, T_SIDE));
 }
 
-__kernel void transpose(__global const float *in, uint in_off, uint ld_in, __global float *out,
-                        uint out_off, uint ld_out, uint rows, uint cols, uint panel,
-                        uint panel_stride, __global float *sums, uint s_off, int with_sums) {
-  const uint c0 = get_global_id(0) * T_SIDE, r0 = get_global_id(1) * T_SIDE;
-  if (c0 >= cols || r0 >= rows) return;
-  in += in_off + r0 * ld_in + c0;
-  out += out_off + c0 * ld_out + (panel ? r0 / panel * panel_stride + r0 % panel : r0);
+/* transpose's block at row r0, column c0 of in (both in the matrix), from in and out at the
+ * matrix's origins */
+inline void transpose_block(__global const float *in, uint ld_in, __global float *out,
+                            uint ld_out, uint rows, uint cols, uint panel, uint panel_stride,
+                            uint r0, uint c0) {
+  in += r0 * ld_in + c0;
+  out += c0 * ld_out + (panel ? r0 / panel * panel_stride + r0 % panel : r0);
   const uint nc = min(cols - c0, T_SIDE), nr = min(rows - r0, T_SIDE);
-  if (with_sums) transpose_sums(in, ld_in, sums + s_off + r0 / T_SIDE * cols + c0, nr, nc);
   const bool whole = c0 + T_SIDE <= cols && r0 + T_SIDE <= rows;
 #if defined(RELCL_ROW_ITEM) && defined(RELCL_POCL)
   if (whole) {
@@ -108,4 +107,36 @@ __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __glo
 #endif
   for (uint c = 0; c < nc; c++)
     for (uint r = 0; r < nr; r++) out[c * ld_out + r] = in[r * ld_in + c];
+}
+
+__kernel void transpose(__global const float *in, uint in_off, uint ld_in, __global float *out,
+                        uint out_off, uint ld_out, uint rows, uint cols, uint panel,
+                        uint panel_stride, __global float *sums, uint s_off, int with_sums) {
+  const uint c0 = get_global_id(0) * T_SIDE, r0 = get_global_id(1) * T_SIDE;
+  if (c0 >= cols || r0 >= rows) return;
+  if (with_sums)
+    transpose_sums(in + in_off + r0 * ld_in + c0, ld_in,
+                   sums + s_off + r0 / T_SIDE * cols + c0, min(rows - r0, T_SIDE),
+                   min(cols - c0, T_SIDE));
+  transpose_block(in + in_off, ld_in, out + out_off, ld_out, rows, cols, panel, panel_stride, r0,
+                  c0);
+}
+
+/* Many matrices of in into panels of `panel` columns of their transposes in one launch (gemm.c
+ * relcl__panels_keep_all: the B^T operands of a training step's products, x W^T): entry e of
+ * table holds TRANSPOSE_ENTRY uints, matrix e's offset in in, its ld, rows and cols, its
+ * panels' offset in out, and the first of its T_SIDE x T_SIDE blocks in the launch's count;
+ * the entries in that order. Work-item g moves block g (transpose's, the same copies). Global
+ * (blocks rounded up to the work-group size). */
+#define TRANSPOSE_ENTRY 6
+__kernel void transpose_batch(__global const float *in, __global float *out,
+                              __global const uint *table, uint count, uint blocks, uint panel) {
+  const uint g = get_global_id(0);
+  if (g >= blocks) return;
+  uint e = 0;
+  while (e + 1 < count && table[(e + 1) * TRANSPOSE_ENTRY + 5] <= g) e++;
+  __global const uint *t = table + e * TRANSPOSE_ENTRY;
+  const uint rows = t[2], cols = t[3], b = g - t[5], bc = (cols + T_SIDE - 1) / T_SIDE;
+  transpose_block(in + t[0], t[1], out + t[4], panel, rows, cols, panel, cols * panel,
+                  b / bc * T_SIDE, b % bc * T_SIDE);
 }

@@ -688,14 +688,41 @@ static pass make_pass(relcl_model *m, int B, int S, int T, bool train, uint64_t 
   return p;
 }
 
+/* The weights a pass multiplies as x W^T (every linear layer's, the output layer's embedding),
+ * W (rows x cols) at its offset in the parameters, into list; their count */
+static int bt_weights(const relcl_model *m, relcl__panel_src *list) {
+  const size_t D = (size_t)m->cfg.d_model, F = (size_t)m->cfg.d_ff, DD = D * D;
+  int n = 0;
+#define BT(off, rows, cols) (list[n++] = (relcl__panel_src){(off), (rows), (cols)})
+  for (int l = 0; l < m->cfg.enc_layers; l++) {
+    const relcl__enc_p *e = &m->enc[l];
+    BT(e->self.wq, 3 * D, D), BT(e->self.wo, D, D), BT(e->ffn.w1, F, D), BT(e->ffn.w2, D, F);
+  }
+  for (int l = 0; l < m->cfg.dec_layers; l++) {
+    const relcl__dec_p *d = &m->dec[l];
+    BT(d->self.wq, 3 * D, D), BT(d->self.wo, D, D), BT(d->cross.wq, D, D);
+    BT(d->cross.wq + DD, 2 * D, D), BT(d->cross.wo, D, D), BT(d->ffn.w1, F, D);
+    BT(d->ffn.w2, D, F);
+  }
+  BT(m->emb, (size_t)m->cfg.vocab, D);
+#undef BT
+  return n;
+}
+
 relcl_status relcl__model_run(relcl_model *m, const relcl_model_batch *b, bool train,
                               uint64_t seed, uint64_t step, int micro, int n_csr_tokens) {
   pass p = make_pass(m, b->batch, b->src_len, b->tgt_len, train, seed, step, micro);
-  TRY(encoder_fwd(&p));
-  TRY(decoder_fwd(&p));
-  TRY(output_and_loss(&p, W(&p, p.L->g0)));
-  if (train) TRY(backward(&p, n_csr_tokens));
-  return RELCL_OK;
+  /* the weights' panels for the forward's products made at once (nothing writes the
+   * parameters during a pass) */
+  relcl__panel_src list[4 * RELCL_MODEL_MAX_LAYERS + 7 * RELCL_MODEL_MAX_LAYERS + 1];
+  relcl_status st = relcl__panels_keep_all(m->ctx, m->arena[RELCL_ARENA_PARAMS], list,
+                                           bt_weights(m, list));
+  if (st == RELCL_OK) st = encoder_fwd(&p);
+  if (st == RELCL_OK) st = decoder_fwd(&p);
+  if (st == RELCL_OK) st = output_and_loss(&p, W(&p, p.L->g0));
+  if (st == RELCL_OK && train) st = backward(&p, n_csr_tokens);
+  relcl__panels_drop(m->ctx);
+  return st;
 }
 
 relcl_status relcl__model_encode(relcl_model *m, const relcl_model_batch *src) {

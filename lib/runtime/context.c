@@ -342,7 +342,10 @@ void relcl_context_destroy(relcl_context *ctx) {
   relcl__profile_resolve(ctx);
   free(ctx->pending);
   free(ctx->tuning_kernels);
-  for (int i = 0; i < ctx->kept.n; i++) clReleaseMemObject(ctx->kept.e[i].panels);
+  relcl__panels_drop(ctx);
+  if (ctx->kept.batch) clReleaseMemObject(ctx->kept.batch);
+  if (ctx->kept.table) clReleaseMemObject(ctx->kept.table);
+  free(ctx->kept.table_host);
   relcl__pool_destroy(&ctx->pool);
   for (int i = 0; i < ctx->n_kernels; i++) clReleaseKernel(ctx->kernel[i].kernel);
   for (int i = 0; i < RELCL__MAX_PROGRAMS; i++)

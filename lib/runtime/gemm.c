@@ -250,9 +250,13 @@ static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf b, size_t l
 
 void relcl__panels_drop(relcl_context *ctx) {
   relcl__kept *kp = &ctx->kept;
-  for (int i = 0; i < kp->n; i++) clReleaseMemObject(kp->e[i].panels);
+  for (int i = 0; i < kp->n; i++)
+    if (kp->e[i].panels != kp->batch) clReleaseMemObject(kp->e[i].panels);
   ctx->pool.held -= kp->bytes;
-  memset(kp, 0, sizeof *kp);
+  kp->src = NULL;
+  kp->listed = false;
+  kp->n = 0;
+  kp->bytes = 0;
   relcl__mem_note_scratch(ctx);
 }
 
@@ -263,22 +267,22 @@ void relcl__panels_keep(relcl_context *ctx, cl_mem mem) {
 
 /* op(B) = B^T's panels (B n x k at b, rows ldb apart) from the kept ones: found, or made
  * into a buffer of their own and kept where b lies in the kept buffer and room is left;
- * *out NULL where not kept (the caller makes its own copy, as without a keep). */
+ * out->mem NULL where not kept (the caller makes its own copy, as without a keep). */
 static relcl_status kept_panels(relcl_context *ctx, relcl_buf b, size_t ldb, size_t k,
-                                size_t n, cl_mem *out, size_t *panel) {
+                                size_t n, relcl_buf *out, size_t *panel) {
   relcl__kept *kp = &ctx->kept;
   const size_t bytes = panels_floats(ctx, true, k, n) * sizeof(float);
-  *out = NULL;
+  *out = RELCL_BUF_NONE;
   if (kp->src == NULL || b.mem != kp->src || bytes == 0) return RELCL_OK;
   for (int i = 0; i < kp->n; i++) {
     const relcl__kept_panel *e = &kp->e[i];
     if (e->offset == b.offset && e->ldb == ldb && e->k == k && e->n == n) {
-      *out = e->panels;
+      *out = relcl_buf_at(e->panels, e->at);
       *panel = k * 2 * (size_t)ctx->cpu_vec;
       return RELCL_OK;
     }
   }
-  if (kp->n == RELCL__KEPT_PANELS || kp->bytes + bytes > RELCL__KEPT_BYTES ||
+  if (kp->listed || kp->n == RELCL__KEPT_PANELS || kp->bytes + bytes > RELCL__KEPT_BYTES ||
       bytes > ctx->max_alloc)
     return RELCL_OK;
   cl_int err;
@@ -289,12 +293,106 @@ static relcl_status kept_panels(relcl_context *ctx, relcl_buf b, size_t ldb, siz
     clReleaseMemObject(mem);
     return st;
   }
-  kp->e[kp->n++] = (relcl__kept_panel){b.offset, ldb, k, n, mem};
+  kp->e[kp->n++] = (relcl__kept_panel){b.offset, ldb, k, n, mem, 0};
   kp->bytes += bytes;
   ctx->pool.held += bytes;
   if (ctx->pool.held > ctx->pool.held_peak) ctx->pool.held_peak = ctx->pool.held;
   relcl__mem_note_scratch(ctx);
-  *out = mem;
+  *out = relcl_buf_at(mem, 0);
+  return RELCL_OK;
+}
+
+/* Each training step transposed every weight of its forward into panels in a launch of its
+ * own (the B^T products x W^T), and the output layer's embedding once a chunk of logits. */
+relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl__panel_src *list,
+                                    int count) {
+  relcl__panels_keep(ctx, mem);
+  relcl__kept *kp = &ctx->kept;
+  const size_t w = 2 * (size_t)ctx->cpu_vec, side = transpose_side(ctx);
+  if (!ctx->gemm_cpu || count <= 0 || count > RELCL__KEPT_PANELS) {
+    kp->src = NULL; /* not kept: each product makes its own copy, as without a keep */
+    return RELCL_OK;
+  }
+  size_t floats = 0, blocks = 0;
+  const size_t n_table = (size_t)count * 6;
+  cl_uint *table = malloc(n_table * sizeof *table);
+  if (table == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  bool fits = true;
+  for (int i = 0; i < count && fits; i++) {
+    const relcl__panel_src *s = &list[i];
+    const size_t f = panels_floats(ctx, true, s->k, s->n);
+    fits = f > 0 && floats + f <= UINT32_MAX && s->offset <= UINT32_MAX;
+    cl_uint *t = table + (size_t)i * 6;
+    t[0] = (cl_uint)s->offset, t[1] = (cl_uint)s->k, t[2] = (cl_uint)s->n, t[3] = (cl_uint)s->k;
+    t[4] = (cl_uint)floats, t[5] = (cl_uint)blocks;
+    kp->e[i] = (relcl__kept_panel){s->offset, s->k, s->k, s->n, NULL, floats};
+    floats += f;
+    blocks += (s->n + side - 1) / side * ((s->k + side - 1) / side);
+  }
+  relcl_status st = RELCL_OK;
+  if (!fits || floats * sizeof(float) > RELCL__KEPT_BYTES || blocks > UINT32_MAX ||
+      floats * sizeof(float) > ctx->max_alloc) {
+    free(table);
+    kp->src = NULL; /* not kept at all: each product makes its own copy, as without a keep */
+    return RELCL_OK;
+  }
+  if (kp->batch_bytes < floats * sizeof(float)) { /* grown; kept from step to step */
+    if (kp->batch) clReleaseMemObject(kp->batch);
+    ctx->pool.held -= kp->batch_bytes;
+    kp->batch_bytes = 0;
+    cl_int err;
+    kp->batch = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
+    if (err != CL_SUCCESS) {
+      kp->batch = NULL;
+      free(table);
+      kp->src = NULL;
+      return relcl__cl_fail(err, "clCreateBuffer (kept panels)");
+    }
+    kp->batch_bytes = floats * sizeof(float);
+    ctx->pool.held += kp->batch_bytes;
+    if (ctx->pool.held > ctx->pool.held_peak) ctx->pool.held_peak = ctx->pool.held;
+    relcl__mem_note_scratch(ctx);
+  }
+  /* the table on the device: written again only when the operands change (a blocking write) */
+  if (kp->table_n != n_table || memcmp(kp->table_host, table, n_table * sizeof *table) != 0) {
+    if (kp->table) clReleaseMemObject(kp->table);
+    free(kp->table_host);
+    kp->table_host = table;
+    kp->table_n = n_table;
+    cl_int err;
+    kp->table = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                               n_table * sizeof *table, table, &err);
+    if (err != CL_SUCCESS) {
+      kp->table = NULL;
+      kp->table_n = 0;
+      kp->src = NULL;
+      return relcl__cl_fail(err, "clCreateBuffer (kept panels' table)");
+    }
+  } else {
+    free(table);
+  }
+  relcl__kernel_entry *k;
+  st = relcl__kernel(ctx, "util", "transpose_batch", &k);
+  if (st == RELCL_OK) {
+    relcl__args a = {k->kernel, 0, CL_SUCCESS};
+    const cl_uint c = (cl_uint)count, nb = (cl_uint)blocks, pw = (cl_uint)w;
+    RELCL__ARG(&a, mem);
+    RELCL__ARG(&a, kp->batch);
+    RELCL__ARG(&a, kp->table);
+    RELCL__ARG(&a, c);
+    RELCL__ARG(&a, nb);
+    RELCL__ARG(&a, pw);
+    size_t wg = relcl__wg(ctx, blocks, k->max_wg < 16 ? k->max_wg : 16),
+           global = (blocks + wg - 1) / wg * wg;
+    st = relcl__launch(ctx, k, &a, 1, &global, &wg);
+  }
+  if (st != RELCL_OK) {
+    kp->src = NULL;
+    return st;
+  }
+  for (int i = 0; i < count; i++) kp->e[i].panels = kp->batch;
+  kp->n = count;
+  kp->listed = true;
   return RELCL_OK;
 }
 
@@ -524,14 +622,15 @@ static relcl_status cpu_product(relcl_context *ctx, bool trans_a, bool trans_b, 
   }
   /* B transposed: into panels (or, where a transpose block does not fit one, rows), or the
    * kept panels (relcl__panels_keep) */
-  cl_mem tb = NULL, kept = NULL;
+  cl_mem tb = NULL;
+  relcl_buf kept = RELCL_BUF_NONE;
   relcl_status st = RELCL_OK;
   if (trans_b) {
     st = kept_panels(ctx, b, ldb, k, n, &kept, &b_panel);
-    if (st == RELCL_OK && !kept) st = panels(ctx, true, b, ldb, k, n, &tb, &b_panel);
-    const bool rows = st == RELCL_OK && !tb && !kept;
+    if (st == RELCL_OK && !kept.mem) st = panels(ctx, true, b, ldb, k, n, &tb, &b_panel);
+    const bool rows = st == RELCL_OK && !tb && !kept.mem;
     if (rows) st = transposed_copy(ctx, b, n, k, ldb, &tb, NULL);
-    b = relcl_buf_at(kept ? kept : tb, 0), ldb = rows ? n : nr;
+    b = kept.mem ? kept : relcl_buf_at(tb, 0), ldb = rows ? n : nr;
   }
   const cl_uint panel = (cl_uint)(b_panel ? b_panel : nr); /* B's blocks this far apart */
   relcl__kernel_entry *kern = NULL;

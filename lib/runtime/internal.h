@@ -32,20 +32,28 @@ typedef struct relcl__pool {
 
 /* ---- B^T's panels kept between products (gemm.c, relcl__panels_keep) ---- */
 
-#define RELCL__KEPT_PANELS 64
+#define RELCL__KEPT_PANELS 512
 /* At most this many bytes of them: past it, products pack as they would without */
 #define RELCL__KEPT_BYTES ((size_t)512 << 20)
 
 typedef struct relcl__kept_panel {
   size_t offset, ldb, k, n; /* the operand B (n x k, rows ldb apart at offset in src) */
-  cl_mem panels;            /* its panels (gemm.c's panels()) */
+  cl_mem panels;            /* its panels (gemm.c's panels()), at `at` floats in it: its own
+                             * buffer, or relcl__kept's batch */
+  size_t at;
 } relcl__kept_panel;
 
 typedef struct relcl__kept {
   cl_mem src; /* the buffer whose operands are kept; NULL: none */
+  bool listed; /* relcl__panels_keep_all's: only its operands are kept, none made later */
   int n;
-  size_t bytes;
+  size_t bytes; /* of the entries' own buffers */
   relcl__kept_panel e[RELCL__KEPT_PANELS];
+  /* relcl__panels_keep_all's panels, one buffer for all, kept from one keep to the next
+   * (counted as scratch), and its launch's table as the device has it */
+  cl_mem batch, table;
+  size_t batch_bytes, table_n;
+  cl_uint *table_host;
 } relcl__kept;
 
 /* ---- device-memory accounting (context.c) ----

@@ -29,6 +29,7 @@ relcl_profile_part relcl__kernel_part(const char *name) {
       {"xent_rows", RELCL_PART_LOSS},               {"argmax_rows", RELCL_PART_LOSS},
       {"adam_update", RELCL_PART_OPTIMIZER},        {"sum_block", RELCL_PART_OPTIMIZER},
       {"fill", RELCL_PART_COPIES},                  {"heads_split", RELCL_PART_COPIES},
+      {"transpose_batch", RELCL_PART_COPIES}, /* gemm.c relcl__panels_keep_all */
       {"heads_merge", RELCL_PART_COPIES},           {"cache_put", RELCL_PART_COPIES},
       {"cache_gather", RELCL_PART_COPIES},
       {"table_grad_partial", RELCL_PART_RELATIVE_GEMM}, /* attention.c table_grad */

@@ -99,6 +99,18 @@ void relcl__pool_put(relcl_context *ctx, cl_mem mem);
 void relcl__panels_keep(relcl_context *ctx, cl_mem mem);
 void relcl__panels_drop(relcl_context *ctx);
 
+/* An operand B (n x k, rows k apart, at offset in a kept buffer) of B^T products */
+typedef struct relcl__panel_src {
+  size_t offset, n, k;
+} relcl__panel_src;
+
+/* relcl__panels_keep(ctx, mem), then on a CPU (relcl's own products) the panels of all
+ * `count` operands made at once, in one launch, where each product would have made its own
+ * (a training step's x W^T: one transpose a weight). Where they do not all fit
+ * (RELCL__KEPT_BYTES), nothing is kept. The same panels: the same bits. */
+relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl__panel_src *list,
+                                    int count);
+
 /* ---- buffers (buffer.c) ---- */
 
 /* Set n floats to value, without argument checks. */
