@@ -302,8 +302,13 @@ static relcl_status kept_panels(relcl_context *ctx, relcl_buf b, size_t ldb, siz
   return RELCL_OK;
 }
 
-/* Each training step transposed every weight of its forward into panels in a launch of its
- * own (the B^T products x W^T), and the output layer's embedding once a chunk of logits. */
+/* The uints of an entry of transpose_batch's table (kernels/util.cl TRANSPOSE_ENTRY) */
+enum { TRANSPOSE_ENTRY = 6 };
+
+/* Until session 43 each training step transposed every weight of its forward into panels in
+ * a launch of its own (the B^T products x W^T), and the output layer's embedding once a
+ * chunk of logits. Where the panels cannot be had (too many, too large, no memory), nothing
+ * is kept and each product makes its own copy as before. */
 relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl__panel_src *list,
                                     int count) {
   relcl__panels_keep(ctx, mem);
@@ -314,7 +319,7 @@ relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl_
     return RELCL_OK;
   }
   size_t floats = 0, blocks = 0;
-  const size_t n_table = (size_t)count * 6;
+  const size_t n_table = (size_t)count * TRANSPOSE_ENTRY;
   cl_uint *table = malloc(n_table * sizeof *table);
   if (table == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
   bool fits = true;
@@ -322,14 +327,13 @@ relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl_
     const relcl__panel_src *s = &list[i];
     const size_t f = panels_floats(ctx, true, s->k, s->n);
     fits = f > 0 && floats + f <= UINT32_MAX && s->offset <= UINT32_MAX;
-    cl_uint *t = table + (size_t)i * 6;
+    cl_uint *t = table + (size_t)i * TRANSPOSE_ENTRY;
     t[0] = (cl_uint)s->offset, t[1] = (cl_uint)s->k, t[2] = (cl_uint)s->n, t[3] = (cl_uint)s->k;
     t[4] = (cl_uint)floats, t[5] = (cl_uint)blocks;
     kp->e[i] = (relcl__kept_panel){s->offset, s->k, s->k, s->n, NULL, floats};
     floats += f;
     blocks += (s->n + side - 1) / side * ((s->k + side - 1) / side);
   }
-  relcl_status st = RELCL_OK;
   if (!fits || floats * sizeof(float) > RELCL__KEPT_BYTES || blocks > UINT32_MAX ||
       floats * sizeof(float) > ctx->max_alloc) {
     free(table);
@@ -342,11 +346,11 @@ relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl_
     kp->batch_bytes = 0;
     cl_int err;
     kp->batch = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
-    if (err != CL_SUCCESS) {
+    if (err != CL_SUCCESS) { /* not kept */
       kp->batch = NULL;
       free(table);
       kp->src = NULL;
-      return relcl__cl_fail(err, "clCreateBuffer (kept panels)");
+      return RELCL_OK;
     }
     kp->batch_bytes = floats * sizeof(float);
     ctx->pool.held += kp->batch_bytes;
@@ -362,17 +366,17 @@ relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl_
     cl_int err;
     kp->table = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                n_table * sizeof *table, table, &err);
-    if (err != CL_SUCCESS) {
+    if (err != CL_SUCCESS) { /* not kept */
       kp->table = NULL;
       kp->table_n = 0;
       kp->src = NULL;
-      return relcl__cl_fail(err, "clCreateBuffer (kept panels' table)");
+      return RELCL_OK;
     }
   } else {
     free(table);
   }
   relcl__kernel_entry *k;
-  st = relcl__kernel(ctx, "util", "transpose_batch", &k);
+  relcl_status st = relcl__kernel(ctx, "util", "transpose_batch", &k);
   if (st == RELCL_OK) {
     relcl__args a = {k->kernel, 0, CL_SUCCESS};
     const cl_uint c = (cl_uint)count, nb = (cl_uint)blocks, pw = (cl_uint)w;
