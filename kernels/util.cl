@@ -124,19 +124,19 @@ __kernel void transpose(__global const float *in, uint in_off, uint ld_in, __glo
 
 /* Many matrices of in into panels of `panel` columns of their transposes in one launch (gemm.c
  * relcl__panels_keep_all: the B^T operands of a training step's products, x W^T): entry e of
- * table holds TRANSPOSE_ENTRY uints, matrix e's offset in in, its ld, rows and cols, its
- * panels' offset in out, and the first of its T_SIDE x T_SIDE blocks in the launch's count;
- * the entries in that order. Work-item g moves block g (transpose's, the same copies). Global
- * (blocks rounded up to the work-group size). */
-#define TRANSPOSE_ENTRY 6
+ * table holds TRANSPOSE_ENTRY uints, matrix e's offset in in, its rows and cols (rows cols
+ * apart), its panels' offset in out, and the first of its T_SIDE x T_SIDE blocks in the
+ * launch's count; the entries in that order. Work-item g moves block g (transpose's, the same
+ * copies). Global (blocks rounded up to the work-group size). */
+#define TRANSPOSE_ENTRY 5
 __kernel void transpose_batch(__global const float *in, __global float *out,
                               __global const uint *table, uint count, uint blocks, uint panel) {
   const uint g = get_global_id(0);
   if (g >= blocks) return;
   uint e = 0;
-  while (e + 1 < count && table[(e + 1) * TRANSPOSE_ENTRY + 5] <= g) e++;
+  while (e + 1 < count && table[(e + 1) * TRANSPOSE_ENTRY + 4] <= g) e++;
   __global const uint *t = table + e * TRANSPOSE_ENTRY;
-  const uint rows = t[2], cols = t[3], b = g - t[5], bc = (cols + T_SIDE - 1) / T_SIDE;
-  transpose_block(in + t[0], t[1], out + t[4], panel, rows, cols, panel, cols * panel,
+  const uint rows = t[1], cols = t[2], b = g - t[4], bc = (cols + T_SIDE - 1) / T_SIDE;
+  transpose_block(in + t[0], cols, out + t[3], panel, rows, cols, panel, cols * panel,
                   b / bc * T_SIDE, b % bc * T_SIDE);
 }

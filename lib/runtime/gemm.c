@@ -303,7 +303,7 @@ static relcl_status kept_panels(relcl_context *ctx, relcl_buf b, size_t ldb, siz
 }
 
 /* The uints of an entry of transpose_batch's table (kernels/util.cl TRANSPOSE_ENTRY) */
-enum { TRANSPOSE_ENTRY = 6 };
+enum { TRANSPOSE_ENTRY = 5 };
 
 /* Until session 43 each training step transposed every weight of its forward into panels in
  * a launch of its own (the B^T products x W^T), and the output layer's embedding once a
@@ -328,8 +328,8 @@ relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl_
     const size_t f = panels_floats(ctx, true, s->k, s->n);
     fits = f > 0 && floats + f <= UINT32_MAX && s->offset <= UINT32_MAX;
     cl_uint *t = table + (size_t)i * TRANSPOSE_ENTRY;
-    t[0] = (cl_uint)s->offset, t[1] = (cl_uint)s->k, t[2] = (cl_uint)s->n, t[3] = (cl_uint)s->k;
-    t[4] = (cl_uint)floats, t[5] = (cl_uint)blocks;
+    t[0] = (cl_uint)s->offset, t[1] = (cl_uint)s->n, t[2] = (cl_uint)s->k;
+    t[3] = (cl_uint)floats, t[4] = (cl_uint)blocks;
     kp->e[i] = (relcl__kept_panel){s->offset, s->k, s->k, s->n, NULL, floats};
     floats += f;
     blocks += (s->n + side - 1) / side * ((s->k + side - 1) / side);
