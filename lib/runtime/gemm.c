@@ -901,7 +901,7 @@ static relcl_status gemm_run(relcl_context *ctx, relcl_profile_part part, bool t
    * and transposing A, B and C around the product): a marker before the call stands for the
    * first. relcl's own commands give their events themselves (ctx->span_first), which keeps
    * markers out of the queue: each cost a profiled step as much time between commands as a
-   * small kernel (relcl-bench's default step under PoCL's tracing, Zen 5: 68 markers a step;
+   * small kernel (relcl-bench's default step under PoCL's tracing, Zen 5: 69 markers a step;
    * the time between commands 3.2 -> 2.6 ms a step without them). */
   cl_event start = NULL, ev, *evp = relcl__profile_slot(ctx, &ev);
   if (evp && (how == CLBLAST || how == CLBLAST_BATCHED)) {
