@@ -342,8 +342,7 @@ void relcl_context_destroy(relcl_context *ctx) {
   relcl__profile_resolve(ctx);
   free(ctx->pending);
   free(ctx->tuning_kernels);
-  for (int i = 0; i < ctx->kept.n; i++) /* a context that failed part-way has no accounts */
-    if (ctx->kept.e[i].panels != ctx->kept.batch) clReleaseMemObject(ctx->kept.e[i].panels);
+  relcl__panels_drop(ctx);
   if (ctx->kept.batch) clReleaseMemObject(ctx->kept.batch);
   if (ctx->kept.table) clReleaseMemObject(ctx->kept.table);
   free(ctx->kept.table_host);

@@ -248,16 +248,22 @@ static relcl_status panels(relcl_context *ctx, bool trans, relcl_buf b, size_t l
  * in the transposes of its decoder's weights, each copied into panels again for every
  * product of every step. The kept panels count as scratch (relcl_memory_stats). */
 
+/* The kept panels count as scratch: add bytes to the pool's held bytes and take off gone */
+static void kept_held(relcl_context *ctx, size_t bytes, size_t gone) {
+  ctx->pool.held = ctx->pool.held + bytes - gone;
+  if (ctx->pool.held > ctx->pool.held_peak) ctx->pool.held_peak = ctx->pool.held;
+  relcl__mem_note_scratch(ctx);
+}
+
 void relcl__panels_drop(relcl_context *ctx) {
   relcl__kept *kp = &ctx->kept;
   for (int i = 0; i < kp->n; i++)
     if (kp->e[i].panels != kp->batch) clReleaseMemObject(kp->e[i].panels);
-  ctx->pool.held -= kp->bytes;
+  kept_held(ctx, 0, kp->bytes);
   kp->src = NULL;
   kp->listed = false;
   kp->n = 0;
   kp->bytes = 0;
-  relcl__mem_note_scratch(ctx);
 }
 
 void relcl__panels_keep(relcl_context *ctx, cl_mem mem) {
@@ -295,9 +301,7 @@ static relcl_status kept_panels(relcl_context *ctx, relcl_buf b, size_t ldb, siz
   }
   kp->e[kp->n++] = (relcl__kept_panel){b.offset, ldb, k, n, mem, 0};
   kp->bytes += bytes;
-  ctx->pool.held += bytes;
-  if (ctx->pool.held > ctx->pool.held_peak) ctx->pool.held_peak = ctx->pool.held;
-  relcl__mem_note_scratch(ctx);
+  kept_held(ctx, bytes, 0);
   *out = relcl_buf_at(mem, 0);
   return RELCL_OK;
 }
@@ -311,17 +315,14 @@ enum { TRANSPOSE_ENTRY = 5 };
  * is kept and each product makes its own copy as before. */
 relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl__panel_src *list,
                                     int count) {
-  relcl__panels_keep(ctx, mem);
+  relcl__panels_drop(ctx); /* kept again (kp->src) only once the panels are made */
   relcl__kept *kp = &ctx->kept;
+  if (!ctx->gemm_cpu || count <= 0 || count > RELCL__KEPT_PANELS) return RELCL_OK;
   const size_t w = 2 * (size_t)ctx->cpu_vec, side = transpose_side(ctx);
-  if (!ctx->gemm_cpu || count <= 0 || count > RELCL__KEPT_PANELS) {
-    kp->src = NULL; /* not kept: each product makes its own copy, as without a keep */
-    return RELCL_OK;
-  }
-  size_t floats = 0, blocks = 0;
   const size_t n_table = (size_t)count * TRANSPOSE_ENTRY;
-  cl_uint *table = malloc(n_table * sizeof *table);
+  cl_uint *table = malloc(n_table * sizeof *table); /* NULL once kp->table_host holds it */
   if (table == NULL) return relcl__fail(RELCL_ERR_OUT_OF_MEMORY, "out of host memory");
+  size_t floats = 0, blocks = 0;
   bool fits = true;
   for (int i = 0; i < count && fits; i++) {
     const relcl__panel_src *s = &list[i];
@@ -334,70 +335,49 @@ relcl_status relcl__panels_keep_all(relcl_context *ctx, cl_mem mem, const relcl_
     floats += f;
     blocks += (s->n + side - 1) / side * ((s->k + side - 1) / side);
   }
-  if (!fits || floats * sizeof(float) > RELCL__KEPT_BYTES || blocks > UINT32_MAX ||
-      floats * sizeof(float) > ctx->max_alloc) {
-    free(table);
-    kp->src = NULL; /* not kept at all: each product makes its own copy, as without a keep */
-    return RELCL_OK;
-  }
-  if (kp->batch_bytes < floats * sizeof(float)) { /* grown; kept from step to step */
+  const size_t bytes = floats * sizeof(float);
+  relcl_status st = RELCL_OK; /* where nothing is kept, each product makes its own copy */
+  if (!fits || bytes > RELCL__KEPT_BYTES || bytes > ctx->max_alloc || blocks > UINT32_MAX)
+    goto done;
+  cl_int err = CL_SUCCESS;
+  if (kp->batch_bytes < bytes) { /* grown; kept from step to step */
     if (kp->batch) clReleaseMemObject(kp->batch);
-    ctx->pool.held -= kp->batch_bytes;
-    kp->batch_bytes = 0;
-    cl_int err;
-    kp->batch = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
-    if (err != CL_SUCCESS) { /* not kept */
-      kp->batch = NULL;
-      free(table);
-      kp->src = NULL;
-      return RELCL_OK;
-    }
-    kp->batch_bytes = floats * sizeof(float);
-    ctx->pool.held += kp->batch_bytes;
-    if (ctx->pool.held > ctx->pool.held_peak) ctx->pool.held_peak = ctx->pool.held;
-    relcl__mem_note_scratch(ctx);
+    kp->batch = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    const size_t had = kp->batch_bytes;
+    kp->batch_bytes = err == CL_SUCCESS ? bytes : 0;
+    kept_held(ctx, kp->batch_bytes, had);
+    if (err != CL_SUCCESS) goto done;
   }
-  /* the table on the device: written again only when the operands change (a blocking write) */
+  /* the table on the device: made again only when the operands change */
   if (kp->table_n != n_table || memcmp(kp->table_host, table, n_table * sizeof *table) != 0) {
     if (kp->table) clReleaseMemObject(kp->table);
     free(kp->table_host);
-    kp->table_host = table;
-    kp->table_n = n_table;
-    cl_int err;
+    kp->table_host = table, table = NULL;
     kp->table = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                               n_table * sizeof *table, table, &err);
-    if (err != CL_SUCCESS) { /* not kept */
-      kp->table = NULL;
-      kp->table_n = 0;
-      kp->src = NULL;
-      return RELCL_OK;
-    }
-  } else {
-    free(table);
+                               n_table * sizeof *kp->table_host, kp->table_host, &err);
+    kp->table_n = err == CL_SUCCESS ? n_table : 0;
+    if (err != CL_SUCCESS) goto done;
   }
   relcl__kernel_entry *k;
-  relcl_status st = relcl__kernel(ctx, "util", "transpose_batch", &k);
-  if (st == RELCL_OK) {
-    relcl__args a = {k->kernel, 0, CL_SUCCESS};
-    const cl_uint c = (cl_uint)count, nb = (cl_uint)blocks, pw = (cl_uint)w;
-    RELCL__ARG(&a, mem);
-    RELCL__ARG(&a, kp->batch);
-    RELCL__ARG(&a, kp->table);
-    RELCL__ARG(&a, c);
-    RELCL__ARG(&a, nb);
-    RELCL__ARG(&a, pw);
-    size_t wg = relcl__wg(ctx, blocks, k->max_wg < 16 ? k->max_wg : 16),
-           global = (blocks + wg - 1) / wg * wg;
-    st = relcl__launch(ctx, k, &a, 1, &global, &wg);
-  }
-  if (st != RELCL_OK) {
-    kp->src = NULL;
-    return st;
-  }
+  if ((st = relcl__kernel(ctx, "util", "transpose_batch", &k)) != RELCL_OK) goto done;
+  relcl__args a = {k->kernel, 0, CL_SUCCESS};
+  const cl_uint c = (cl_uint)count, nb = (cl_uint)blocks, pw = (cl_uint)w;
+  RELCL__ARG(&a, mem);
+  RELCL__ARG(&a, kp->batch);
+  RELCL__ARG(&a, kp->table);
+  RELCL__ARG(&a, c);
+  RELCL__ARG(&a, nb);
+  RELCL__ARG(&a, pw);
+  size_t wg = relcl__wg(ctx, blocks, k->max_wg < 16 ? k->max_wg : 16),
+         global = (blocks + wg - 1) / wg * wg;
+  if ((st = relcl__launch(ctx, k, &a, 1, &global, &wg)) != RELCL_OK) goto done;
   for (int i = 0; i < count; i++) kp->e[i].panels = kp->batch;
+  kp->src = mem;
   kp->n = count;
   kp->listed = true;
-  return RELCL_OK;
+done:
+  free(table);
+  return st;
 }
 
 /* One row-major product C = alpha op(A) op(B) + beta C, given to CLBlast as the column-major

@@ -70,6 +70,7 @@ void relcl__memacct_track(relcl_context *ctx, cl_mem mem, size_t bytes) {
 }
 
 void relcl__mem_note_scratch(relcl_context *ctx) {
+  if (ctx->mem == NULL) return; /* a context that failed before its accounts were made */
   atomic_store(&ctx->mem->scratch, ctx->pool.held);
   memacct_total(ctx->mem);
 }
